@@ -1,0 +1,1 @@
+"""The job lifecycle hook (sets job.capabilities.rag, runs doctor checks, emits queue events)."""

@@ -1,0 +1,222 @@
+"""Split a file into chunks that follow its structure.
+
+Why structure: a chunk that starts at a `def`/`class` or a markdown heading is
+about one thing, so its embedding is sharper and its citation more useful.
+Chunks are whole lines, never above `max_chars` (a single huge line is cut),
+and carry exact character offsets and 1-based line numbers into the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+LANGUAGES: dict[str, str] = {
+    ".py": "python", ".pyi": "python", ".js": "javascript", ".jsx": "javascript", ".mjs": "javascript",
+    ".cjs": "javascript", ".ts": "typescript", ".tsx": "typescript", ".go": "go", ".rs": "rust",
+    ".java": "java", ".kt": "kotlin", ".scala": "scala", ".rb": "ruby", ".php": "php", ".c": "c",
+    ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".cs": "csharp", ".swift": "swift",
+    ".sh": "shell", ".bash": "shell", ".md": "markdown", ".markdown": "markdown", ".rst": "rst",
+    ".txt": "text", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json", ".sql": "sql",
+    ".html": "html", ".css": "css", ".proto": "proto", ".ini": "ini", ".cfg": "ini",
+}
+
+# A line that starts a top-level definition, per language family.
+_DEF = {
+    "python": re.compile(r"^(?:async\s+def|def|class)\s+([A-Za-z_]\w*)"),
+    "javascript": re.compile(
+        r"^(?:export\s+(?:default\s+)?)?(?:async\s+)?(?:function\*?|class|const|let|var)\s+([A-Za-z_$][\w$]*)"
+    ),
+    "go": re.compile(r"^(?:func|type)\s+(?:\([^)]*\)\s*)?([A-Za-z_]\w*)"),
+    "rust": re.compile(
+        r"^(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:fn|struct|enum|trait|impl|mod)\s*(?:<[^>]*>\s*)?([A-Za-z_]\w*)"
+    ),
+    "java": re.compile(
+        r"^\s{0,4}(?:(?:public|private|protected|static|final|abstract|sealed)\s+)*(?:class|interface|enum|record)\s+([A-Za-z_]\w*)"
+    ),
+    "ruby": re.compile(r"^\s{0,2}(?:def|class|module)\s+([A-Za-z_][\w.:]*)"),
+    "c": re.compile(r"^(?:[A-Za-z_][\w\s\*]*?\s\**)?([A-Za-z_]\w*)\s*\([^;]*$"),
+}
+_DEF["typescript"] = _DEF["javascript"]
+_DEF["kotlin"] = _DEF["java"]
+_DEF["scala"] = _DEF["java"]
+_DEF["csharp"] = _DEF["java"]
+_DEF["cpp"] = _DEF["c"]
+_DEF["php"] = re.compile(r"^\s{0,4}(?:(?:public|private|protected|static|final|abstract)\s+)*(?:function|class|interface|trait)\s+([A-Za-z_]\w*)")
+_DEF["swift"] = re.compile(r"^(?:(?:public|private|internal|open|final)\s+)*(?:func|class|struct|enum|protocol|extension)\s+([A-Za-z_]\w*)")
+
+_DECORATOR = re.compile(r"^@")
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    offset_start: int
+    offset_end: int
+    line_start: int
+    line_end: int
+    section_title: str
+    chunk_sequence: int
+    total_chunks: int
+
+    @property
+    def chunk_hash(self) -> str:
+        return sha256_text(self.text)
+
+    @property
+    def token_count(self) -> int:
+        """Estimated tokens: ~4 characters per token, the usual rule for code and English."""
+        return estimate_tokens(self.text)
+
+
+def sha256_text(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def estimate_tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+def language_of(path: str) -> str:
+    p = PurePosixPath(path)
+    if p.name in ("Dockerfile", "Makefile"):
+        return p.name.lower()
+    return LANGUAGES.get(p.suffix.lower(), "text")
+
+
+@dataclass
+class _Block:
+    start: int  # first line index (0-based)
+    end: int  # one past the last line
+    title: str
+
+
+def _blocks(lines: list[str], language: str) -> list[_Block]:
+    """Cut the file at structure boundaries: definitions or headings."""
+    starts: list[tuple[int, str]] = [(0, "")]
+    if language == "markdown":
+        path: list[tuple[int, str]] = []
+        in_fence = False
+        for i, line in enumerate(lines):
+            if _FENCE.match(line):
+                in_fence = not in_fence
+                continue
+            m = None if in_fence else _HEADING.match(line)
+            if m:
+                level = len(m.group(1))
+                path = [(lv, t) for lv, t in path if lv < level] + [(level, m.group(2))]
+                starts.append((i, " > ".join(t for _, t in path)))
+    else:
+        pattern = _DEF.get(language)
+        if pattern is not None:
+            pending_decorator: int | None = None
+            for i, line in enumerate(lines):
+                if _DECORATOR.match(line):
+                    if pending_decorator is None:
+                        pending_decorator = i
+                    continue
+                m = pattern.match(line)
+                if m:
+                    starts.append((pending_decorator if pending_decorator is not None else i, m.group(1)))
+                    pending_decorator = None
+                elif line.strip() and not line.startswith((" ", "\t", ")", "]")):
+                    pending_decorator = None  # the decorator belonged to something else
+    blocks: list[_Block] = []
+    starts = sorted({s: t for s, t in starts}.items())
+    for n, (s, title) in enumerate(starts):
+        e = starts[n + 1][0] if n + 1 < len(starts) else len(lines)
+        if e > s:
+            blocks.append(_Block(s, e, title))
+    # blocks with no title inherit the previous block's title (a module prelude stays untitled)
+    for n in range(1, len(blocks)):
+        if not blocks[n].title:
+            blocks[n].title = blocks[n - 1].title
+    return blocks
+
+
+def _split_block(lines: list[str], block: _Block, max_chars: int, overlap: int) -> list[tuple[int, int]]:
+    """Split an over-long block into line ranges of at most max_chars, preferring blank lines."""
+    out: list[tuple[int, int]] = []
+    s = block.start
+    while s < block.end:
+        size = 0
+        e = s
+        last_blank = -1
+        while e < block.end and (size + len(lines[e]) <= max_chars or e == s):
+            size += len(lines[e])
+            if not lines[e].strip() and e > s:
+                last_blank = e
+            e += 1
+        if e < block.end and last_blank > s + (e - s) // 2:
+            e = last_blank + 1
+        out.append((s, e))
+        if e >= block.end:
+            break
+        s = max(e - overlap, s + 1)
+    return out
+
+
+def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int = 2) -> list[Chunk]:
+    """Chunk one file's text; deterministic for the same input and settings."""
+    if not text.strip():
+        return []
+    lines = text.splitlines(keepends=True)
+    # a single line longer than max_chars is cut into pieces so no chunk exceeds the cap
+    fixed: list[str] = []
+    for line in lines:
+        while len(line) > max_chars:
+            fixed.append(line[:max_chars])
+            line = line[max_chars:]
+        fixed.append(line)
+    lines = fixed
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+
+    language = language_of(path)
+    ranges: list[tuple[int, int, str]] = []
+    pending: tuple[int, int, str] | None = None
+    for block in _blocks(lines, language):
+        size = offsets[block.end] - offsets[block.start]
+        if size > max_chars:
+            if pending:
+                ranges.append(pending)
+                pending = None
+            ranges.extend((s, e, block.title) for s, e in _split_block(lines, block, max_chars, overlap_lines))
+            continue
+        # pack small neighbouring blocks together up to the cap
+        if pending and offsets[block.end] - offsets[pending[0]] <= max_chars:
+            title = pending[2] or block.title
+            pending = (pending[0], block.end, title)
+        else:
+            if pending:
+                ranges.append(pending)
+            pending = (block.start, block.end, block.title)
+    if pending:
+        ranges.append(pending)
+
+    linenos = [1]
+    for line in lines:  # pieces of a cut long line share that line's number
+        linenos.append(linenos[-1] + (1 if line.endswith(("\n", "\r")) else 0))
+    kept = [(s, e, t) for s, e, t in ranges if "".join(lines[s:e]).strip()]
+    total = len(kept)
+    chunks = []
+    for seq, (s, e, title) in enumerate(kept):
+        chunks.append(
+            Chunk(
+                text="".join(lines[s:e]),
+                offset_start=offsets[s],
+                offset_end=offsets[e],
+                line_start=linenos[s],
+                line_end=linenos[e - 1],
+                section_title=title,
+                chunk_sequence=seq,
+                total_chunks=total,
+            )
+        )
+    return chunks
+

@@ -1,0 +1,207 @@
+"""The wire contracts, in one place (spec 03 and 04; field names are binding).
+
+The chunk payload schema lives here too: the indexer writes `ChunkPayload` and
+the retriever reads it, so the two can never disagree about a field name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Version of the stored chunk payload. A collection written with a version this
+#: code does not list in READABLE_SCHEMA_VERSIONS is refused (re-index instead).
+PAYLOAD_SCHEMA_VERSION = 1
+READABLE_SCHEMA_VERSIONS = frozenset({1})
+
+TOP_K_MIN, TOP_K_MAX = 1, 50
+
+#: Filter keys a caller may pass; each maps to an indexed payload field.
+FILTER_KEYS = ("repo", "tenant", "run_id", "path", "language")
+
+CANONICAL = "canonical"
+WORKSPACE_OVERLAY = "workspace_overlay"
+
+
+class Filters(BaseModel):
+    """Payload filters: only known keys, so a typo is an error rather than a silent no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str | None = None
+    tenant: str | None = None
+    run_id: str | None = None
+    path: str | None = None
+    language: str | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = v.strip()
+            return v or None
+        return v
+
+    def scope(self) -> dict[str, str]:
+        """The filters that are set, in a stable order."""
+        return {k: v for k in FILTER_KEYS if (v := getattr(self, k)) is not None}
+
+
+class Budgets(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: int | None = Field(None, gt=0)
+    latency_ms: int | None = Field(None, gt=0)
+
+
+class Usage(BaseModel):
+    tokens: int = 0
+    latency_ms: float = 0.0
+
+
+class RetrievalQuery(BaseModel):
+    """What a caller asks for (CLI, Celery task and gateway alike)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str
+    top_k: int | None = Field(None, ge=TOP_K_MIN, le=TOP_K_MAX)
+    filters: Filters = Field(default_factory=Filters)
+    overlay_policy: Literal["include", "skip"] = "include"
+    transport: Literal["direct", "gateway"] = "direct"
+    budgets: Budgets | None = None
+    score_threshold: float | None = Field(None, ge=0.0, le=1.0)
+
+    @field_validator("query", mode="after")
+    @classmethod
+    def _non_empty(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("query must not be empty")
+        return v
+
+
+class ChunkPayload(BaseModel):
+    """Exactly what is stored with every point, canonical or overlay."""
+
+    schema_version: int = PAYLOAD_SCHEMA_VERSION
+    path: str  # repo-relative, POSIX separators
+    repo: str
+    tenant: str
+    language: str
+    chunk_id: str
+    chunk_hash: str  # "sha256:" + hex of the chunk text
+    content_hash: str  # "sha256:" + hex of the whole file
+    offset_start: int  # character offsets into the file
+    offset_end: int
+    line_start: int  # 1-based, inclusive
+    line_end: int
+    section_title: str
+    chunk_sequence: int  # 0-based position within the file
+    total_chunks: int
+    text: str
+    token_count: int
+    model_version: str
+    indexed_at: str  # ISO-8601 UTC
+    trust_class: Literal["canonical", "workspace_overlay"] = CANONICAL
+    run_id: str = ""
+    expires_at: float | None = None  # unix seconds; overlays only
+    deleted: bool = False  # overlay tombstone: hides the path's canonical chunks
+
+
+class ContextItem(BaseModel):
+    """One retrieved chunk, with every field spec 05 FR-007 asks for, untruncated."""
+
+    score: float
+    source: str
+    offset_start: int
+    offset_end: int
+    line_start: int
+    line_end: int
+    trust_class: Literal["canonical", "overlay"]
+    chunk_hash: str
+    chunk_id: str
+    section_title: str
+    text: str
+    content_hash: str
+    chunk_sequence: int
+    total_chunks: int
+    token_count: int
+    model_version: str
+    indexed_at: str
+    payload: dict[str, Any]
+
+    @property
+    def citation(self) -> str:
+        return f"{self.source}#L{self.line_start}-L{self.line_end}"
+
+
+class ContextPack(BaseModel):
+    context_text: str
+    items: list[ContextItem]
+    filters: dict[str, str]
+    budgets: Budgets | None = None
+    usage: Usage = Field(default_factory=Usage)
+    transport: Literal["direct", "gateway"] = "direct"
+    retrieved_at: str
+    telemetry_id: str
+    # extensions beyond spec 04 (additive, documented in the README)
+    query: str = ""
+    top_k: int = 0
+    score_threshold: float = 0.0
+    best_score: float | None = None  # best score seen, even when filtered out
+    truncated: bool = False
+    notes: list[str] = Field(default_factory=list)
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    action: str
+
+
+class ErrorEnvelope(BaseModel):
+    error: ErrorBody
+
+
+def parse_query(data: dict[str, Any]) -> RetrievalQuery:
+    """Validate a RetrievalQuery from any entry point; bad input becomes `invalid_query` with a readable reason."""
+    from pydantic import ValidationError
+
+    from .errors import invalid_query
+
+    try:
+        return RetrievalQuery.model_validate(data)
+    except ValidationError as exc:
+        raise invalid_query(_describe(exc), _action_for(exc)) from None
+
+
+def _describe(exc) -> str:
+    reasons = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            if loc.startswith("filters."):
+                key = loc.split(".", 1)[1]
+                reasons.append(f"unknown filter key {key!r} (known keys: {', '.join(FILTER_KEYS)})")
+            else:
+                reasons.append(f"unknown field {loc!r}")
+        elif loc == "query":
+            reasons.append("the query must not be empty" if "empty" in e["msg"] else f"query: {e['msg']}")
+        elif loc == "top_k":
+            reasons.append(f"top_k must be between {TOP_K_MIN} and {TOP_K_MAX}")
+        else:
+            reasons.append(f"{loc}: {e['msg']}")
+    return "Invalid retrieval query: " + "; ".join(reasons) + "."
+
+
+def _action_for(exc) -> str:
+    locs = {str(e["loc"][0]) if e["loc"] else "" for e in exc.errors()}
+    if "query" in locs:
+        return 'Pass a non-empty --query "what you are looking for".'
+    if "filters" in locs:
+        return f"Use --filters key=value with keys among: {', '.join(FILTER_KEYS)}."
+    if "top_k" in locs:
+        return f"Pass --top-k between {TOP_K_MIN} and {TOP_K_MAX}."
+    return "Fix the request fields named above and retry."

@@ -1,0 +1,124 @@
+"""Which files of a tree are worth indexing.
+
+Honours `.gitignore` files at every level (plus `.git/info/exclude`), and skips
+what only adds noise or cost: binary files, files above the size cap, lock
+files, vendored and generated directories.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Iterator
+
+SKIP_DIRS = frozenset(
+    """.git .hg .svn node_modules vendor third_party .venv venv env .env __pycache__ .mypy_cache .pytest_cache
+    .ruff_cache .tox .nox build dist .next .nuxt target .idea .vscode site-packages .eggs .cache coverage
+    htmlcov bower_components Pods .gradle .terraform""".split()
+)
+LOCK_FILES = frozenset(
+    """package-lock.json yarn.lock pnpm-lock.yaml poetry.lock Pipfile.lock Cargo.lock composer.lock Gemfile.lock
+    go.sum uv.lock pdm.lock mix.lock flake.lock""".split()
+)
+SKIP_SUFFIXES = (".min.js", ".min.css", ".map", ".lock", ".pyc", ".so", ".dll", ".dylib", ".class", ".jar",
+                 ".png", ".jpg", ".jpeg", ".gif", ".ico", ".pdf", ".zip", ".gz", ".tar", ".whl", ".woff",
+                 ".woff2", ".ttf", ".eot", ".mp4", ".mp3", ".sqlite", ".db", ".bin", ".pkl", ".npy", ".parquet")
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: str
+    reason: str
+
+
+def is_binary(data: bytes) -> bool:
+    """NUL in the first 8 KiB, or not decodable as UTF-8: not text we can cite."""
+    head = data[:8192]
+    if b"\x00" in head:
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start < len(head) - 4  # a multibyte char cut at the 8 KiB edge is fine
+    return False
+
+
+def read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
+    """(text, None) or (None, reason it was skipped)."""
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            return None, f"larger than {max_bytes} bytes"
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or type(exc).__name__})"
+    if is_binary(data):
+        return None, "binary"
+    return data.decode("utf-8", errors="replace"), None
+
+
+def _gitignore(dirpath: Path, rel: str):
+    import pathspec
+
+    patterns: list[str] = []
+    for name in (".gitignore",) + ((".git/info/exclude",) if not rel else ()):
+        f = dirpath / name
+        if f.is_file():
+            try:
+                patterns.extend(f.read_text(errors="replace").splitlines())
+            except OSError:
+                pass
+    if not patterns:
+        return None
+    return pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+
+
+def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str, Path]]:
+    """Yield (repo-relative POSIX path, absolute path) of candidate files, sorted, deterministic."""
+    root = root.resolve()
+    specs: list[tuple[str, object]] = []  # (base rel dir, spec) stack
+
+    def ignored(rel: str, is_dir: bool) -> bool:
+        for base, spec in specs:
+            if base and not rel.startswith(base + "/"):
+                continue
+            sub = rel[len(base) + 1 :] if base else rel
+            if spec.match_file(sub + ("/" if is_dir else "")):
+                return True
+        return False
+
+    def visit(dirpath: Path, rel: str) -> Iterator[tuple[str, Path]]:
+        spec = _gitignore(dirpath, rel)
+        if spec is not None:
+            specs.append((rel, spec))
+        try:
+            entries = sorted(os.scandir(dirpath), key=lambda e: e.name)
+        except OSError:
+            entries = []
+        for e in entries:
+            child = f"{rel}/{e.name}" if rel else e.name
+            if e.is_symlink():
+                # never follow links: they can leave the tree or loop
+                continue
+            if e.is_dir():
+                if e.name in SKIP_DIRS or e.name.endswith(".egg-info") or ignored(child, True):
+                    continue
+                yield from visit(Path(e.path), child)
+            elif e.is_file():
+                if ignored(child, False):
+                    continue
+                if e.name in LOCK_FILES or e.name.endswith(SKIP_SUFFIXES):
+                    if skipped is not None:
+                        skipped.append(Skipped(child, "lock/vendored/binary type"))
+                    continue
+                yield child, Path(e.path)
+        if spec is not None:
+            specs.pop()
+
+    yield from visit(root, "")
+
+
+def relative_path(root: Path, path: Path) -> str:
+    """Repo-relative POSIX path of `path`, which must be inside `root` after resolving links."""
+    return PurePosixPath(path.resolve().relative_to(root.resolve())).as_posix()

@@ -1,0 +1,222 @@
+"""Canonical indexing: walk a tree, chunk, embed, upsert — incrementally.
+
+Unchanged files (same content hash as stored) cost one hash and nothing else;
+changed files have their chunks replaced (upsert first, then drop the stale
+ids, so a search never sees the file missing); deleted files lose their chunks.
+Point ids are deterministic, so re-running after a crash never duplicates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from . import lexical
+from .chunking import Chunk, chunk_text, language_of
+from .contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, ChunkPayload
+from .embedding import Embedder
+from .files import Skipped, read_text, walk
+from .guardrails import check_collection
+from .settings import Settings
+from .store import Match, PointIn, SparseVec, Store, Where
+
+_NAMESPACE = uuid.UUID("6f1d0b52-3c0a-4f0e-9d7e-6d6f6f6e6d69")
+
+
+@dataclass
+class IndexSummary:
+    repo: str
+    tenant: str
+    files_seen: int = 0
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_deleted: int = 0
+    chunks_written: int = 0
+    chunks_deleted: int = 0
+    skipped: list[Skipped] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        rate = self.chunks_written / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"indexed repo={self.repo} tenant={self.tenant}: {self.files_seen} files "
+            f"({self.files_indexed} changed, {self.files_unchanged} unchanged, {self.files_deleted} deleted), "
+            f"{self.chunks_written} chunks written ({rate:.0f}/s), {len(self.skipped)} skipped, {self.seconds:.2f}s"
+        )
+
+
+def point_id(tenant: str, repo: str, path: str, sequence: int, trust_class: str = CANONICAL, run_id: str = "") -> str:
+    """Deterministic id: the same chunk slot always maps to the same point."""
+    return str(uuid.uuid5(_NAMESPACE, f"{tenant}\0{repo}\0{trust_class}\0{run_id}\0{path}\0{sequence}"))
+
+
+def content_hash(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def embedding_text(path: str, chunk: Chunk) -> str:
+    """What the models see: the path and enclosing symbol give a chunk its context."""
+    title = f"{chunk.section_title}\n" if chunk.section_title else ""
+    return f"{path}\n{title}{chunk.text}"
+
+
+def build_points(
+    embedder: Embedder,
+    docs: list[tuple[str, str, list[Chunk]]],
+    *,
+    repo: str,
+    tenant: str,
+    trust_class: str = CANONICAL,
+    run_id: str = "",
+    expires_at: float | None = None,
+) -> list[PointIn]:
+    """Embed chunks of several files in one batch and wrap them as points (shared with overlays)."""
+    flat = [(path, h, c) for path, h, chunks in docs for c in chunks]
+    if not flat:
+        return []
+    texts = [embedding_text(path, c) for path, _, c in flat]
+    vectors = embedder.embed_documents(texts)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    points = []
+    for (path, fhash, c), text, vec in zip(flat, texts, vectors):
+        payload = ChunkPayload(
+            path=path,
+            repo=repo,
+            tenant=tenant,
+            language=language_of(path),
+            chunk_id=f"{path}#{c.chunk_sequence}",
+            chunk_hash=c.chunk_hash,
+            content_hash=fhash,
+            offset_start=c.offset_start,
+            offset_end=c.offset_end,
+            line_start=c.line_start,
+            line_end=c.line_end,
+            section_title=c.section_title,
+            chunk_sequence=c.chunk_sequence,
+            total_chunks=c.total_chunks,
+            text=c.text,
+            token_count=c.token_count,
+            model_version=embedder.name,
+            indexed_at=now,
+            trust_class=trust_class,
+            run_id=run_id,
+            expires_at=expires_at,
+        )
+        ids, values = lexical.document_vector(text)
+        points.append(
+            PointIn(
+                id=point_id(tenant, repo, path, c.chunk_sequence, trust_class, run_id),
+                dense=vec,
+                sparse=SparseVec(ids, values),
+                payload=payload.model_dump(),
+            )
+        )
+    return points
+
+
+def scope(repo: str, tenant: str) -> Where:
+    return Where(must=(Match("tenant", tenant), Match("repo", repo), Match("trust_class", CANONICAL)))
+
+
+def index_repository(
+    root: Path,
+    *,
+    repo: str,
+    tenant: str,
+    settings: Settings,
+    embedder: Embedder,
+    store: Store,
+    progress: Callable[[int, int], None] | None = None,
+) -> IndexSummary:
+    started = time.perf_counter()
+    summary = IndexSummary(repo=repo, tenant=tenant)
+    if check_collection(store, embedder, must_exist=False) is None:
+        store.create(embedder.dimensions, embedder.name, PAYLOAD_SCHEMA_VERSION)
+
+    # what is stored now: path -> (content hash, ids)
+    stored: dict[str, tuple[str, set[str]]] = {}
+    for hit in store.scroll(scope(repo, tenant), ["path", "content_hash"]):
+        path = hit.payload["path"]
+        h, ids = stored.get(path, (hit.payload.get("content_hash", ""), set()))
+        ids.add(hit.id)
+        stored[path] = (h, ids)
+
+    files = list(walk(root, summary.skipped))
+    summary.files_seen = len(files)
+    pending: list[tuple[str, str, list[Chunk]]] = []
+    pending_chunks = 0
+    stale: list[str] = []
+    batch_chunks = max(settings.embedding_batch_size * 4, 256)
+
+    def flush() -> None:
+        nonlocal pending, pending_chunks, stale
+        points = build_points(embedder, pending, repo=repo, tenant=tenant)
+        store.upsert(points)
+        summary.chunks_written += len(points)
+        new_ids = {p.id for p in points}
+        drop = [i for i in stale if i not in new_ids]
+        store.delete_ids(drop)
+        summary.chunks_deleted += len(drop)
+        pending, pending_chunks, stale = [], 0, []
+
+    for n, (rel, path) in enumerate(files, 1):
+        text, reason = read_text(path, settings.max_file_bytes)
+        if progress:
+            progress(n, len(files))
+        if text is None:
+            summary.skipped.append(Skipped(rel, reason or "unreadable"))
+            continue
+        fhash = content_hash(text)
+        old = stored.pop(rel, None)
+        if old is not None and old[0] == fhash:
+            summary.files_unchanged += 1
+            continue
+        chunks = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines)
+        if not chunks and old is None:
+            summary.skipped.append(Skipped(rel, "no text to index"))
+            continue
+        summary.files_indexed += 1
+        if old is not None:
+            stale.extend(old[1])
+        pending.append((rel, fhash, chunks))
+        pending_chunks += len(chunks)
+        if pending_chunks >= batch_chunks:
+            flush()
+    flush()
+    # files that are gone (or now ignored/skipped) lose their chunks
+    gone = [i for _, ids in stored.values() for i in ids]
+    summary.files_deleted = len(stored)
+    store.delete_ids(gone)
+    summary.chunks_deleted += len(gone)
+    store.set_metadata(last_indexed_at=time.time())
+    store.flush()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def tty_progress(stream=sys.stderr) -> Callable[[int, int], None] | None:
+    """A one-line progress bar on a terminal, nothing otherwise."""
+    if not stream.isatty():
+        return None
+    last = [0.0]
+
+    def show(done: int, total: int) -> None:
+        now = time.monotonic()
+        if done != total and now - last[0] < 0.1:
+            return
+        last[0] = now
+        width = 30
+        filled = int(width * done / max(total, 1))
+        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} files")
+        if done == total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+

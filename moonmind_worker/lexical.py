@@ -1,0 +1,79 @@
+"""Identifier-aware BM25 terms for Qdrant sparse vectors.
+
+Why: code search lives on identifiers. `OAuth2PasswordBearer` must match a query
+for "oauth2 password bearer" and for itself; `field_validator` must match
+"field validator". Each identifier yields its whole form and its parts. The
+document side carries BM25 term-frequency weights; Qdrant's IDF modifier adds
+the inverse document frequency at query time, so the sparse score is BM25.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections import Counter
+
+_TOKEN = re.compile(r"[A-Za-z0-9_]+")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+#: Words so common in English and code that they only add noise.
+STOPWORDS = frozenset(
+    """a an and are as at be but by for from has have how i if in into is it its of on or so such that the their
+    then there these this to was what when where which who why will with does do can self none true false return
+    def class import none use used using""".split()
+)
+
+K1 = 1.2
+B = 0.75
+AVG_LEN = 120.0
+
+
+def _stem(word: str) -> str:
+    """A light suffix stripper: routes/route, handling/handle, dependencies/dependency."""
+    if len(word) <= 4:
+        return word
+    for suffix, repl in (("ies", "y"), ("ing", ""), ("ers", "er"), ("es", ""), ("ed", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)] + repl
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """Identifier-aware terms: whole identifiers lowercased plus their camel/snake parts, stemmed."""
+    out: list[str] = []
+    for tok in _TOKEN.findall(text):
+        low = tok.lower()
+        parts = [p.lower() for piece in tok.split("_") for p in _CAMEL.findall(piece)]
+        if len(parts) > 1 or (parts and parts[0] != low.strip("_")):
+            if len(low) > 1 and low not in STOPWORDS:
+                out.append(low)
+            out.extend(_stem(p) for p in parts if len(p) > 1 and p not in STOPWORDS)
+        elif len(low) > 1 and low not in STOPWORDS:
+            out.append(_stem(low))
+    return out
+
+
+def term_id(term: str) -> int:
+    """A stable 31-bit id per term (same on every machine and Python version)."""
+    return zlib.crc32(term.encode("utf-8")) & 0x7FFFFFFF
+
+
+def document_vector(text: str) -> tuple[list[int], list[float]]:
+    """BM25 term-frequency weights (the IDF part is applied by Qdrant)."""
+    counts = Counter(term_id(t) for t in terms(text))
+    length = sum(counts.values()) or 1
+    norm = K1 * (1 - B + B * length / AVG_LEN)
+    ids = sorted(counts)
+    return ids, [counts[i] * (K1 + 1) / (counts[i] + norm) for i in ids]
+
+
+def query_vector(text: str) -> tuple[list[int], list[float]]:
+    """Each distinct query term weighs 1; an empty query term set yields no vector."""
+    ids = sorted({term_id(t) for t in terms(text)})
+    return ids, [1.0] * len(ids)
+
+
+def saturate(score: float, scale: float) -> float:
+    """Map a non-negative BM25 score into [0, 1) smoothly."""
+    return 1.0 - math.exp(-max(score, 0.0) / scale) if scale > 0 else 0.0

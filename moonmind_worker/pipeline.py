@@ -1,0 +1,192 @@
+"""The one retrieval pipeline every entry point calls (CLI, Celery task, gateway).
+
+validate → embed query → one batched store request (dense + BM25 branches)
+→ fuse → dedupe by (path, chunk_hash) → threshold → top_k → ContextPack.
+
+Scores: each candidate's `score` is in [0, 1]:
+    score = DENSE_WEIGHT * max(cosine, 0) + LEXICAL_WEIGHT * bm25 / best_bm25
+where cosine is the query/chunk similarity from the embedding model and the
+BM25 part is relative to the best lexical match among the candidates. Results
+are ordered by score, then path, then offset, so identical input gives
+identical output.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from . import lexical
+from .context_pack import format_context_text, item_from_payload
+from .contracts import CANONICAL, ContextItem, ContextPack, RetrievalQuery, Usage
+from .embedding import Embedder, normalize_whitespace
+from .errors import MoonmindError
+from .guardrails import check_collection
+from .ids import telemetry_id
+from .settings import Settings
+from .store import Hit, Match, SearchSpec, SparseVec, Store, Where
+
+DENSE_WEIGHT = 0.6
+LEXICAL_WEIGHT = 0.4
+
+#: Default threshold per embedding model, calibrated so relevant hits pass
+#: (see README "Scores"); models not listed use FALLBACK_THRESHOLD.
+THRESHOLDS: dict[str, float] = {
+    "moonmind-static-minilm-256": 0.25,
+    "gemini-embedding-001": 0.45,
+    "text-embedding-3-small": 0.35,
+}
+FALLBACK_THRESHOLD = 0.3
+
+
+def default_threshold(settings: Settings, model: str) -> float:
+    if settings.score_threshold is not None:
+        return settings.score_threshold
+    return THRESHOLDS.get(model, FALLBACK_THRESHOLD)
+
+
+@dataclass
+class Candidate:
+    payload: dict
+    cosine: float
+    bm25: float
+    score: float = 0.0
+
+
+def canonical_where(query: RetrievalQuery) -> Where:
+    f = query.filters
+    must = [Match("trust_class", CANONICAL)]
+    for key in ("tenant", "repo", "path", "language"):
+        value = getattr(f, key)
+        if value is not None:
+            must.append(Match(key, value))
+    return Where(must=tuple(must))
+
+
+def prepare_query_text(text: str, max_chars: int) -> tuple[str, list[str]]:
+    """Whitespace-normalised query, truncated to the model limit with a note when cut."""
+    notes = []
+    clean = normalize_whitespace(text)
+    if len(clean) > max_chars:
+        notes.append(f"query truncated from {len(clean)} to {max_chars} characters (the embedding limit)")
+        clean = clean[:max_chars]
+    return clean, notes
+
+
+def _fuse(qvec: np.ndarray, dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
+    by_id: dict[str, Candidate] = {}
+    for h in dense_hits:
+        by_id[h.id] = Candidate(h.payload, cosine=h.score, bm25=0.0)
+    for h in sparse_hits:
+        c = by_id.get(h.id)
+        if c is None:
+            cosine = float(np.dot(qvec, h.dense)) if h.dense is not None else 0.0
+            by_id[h.id] = Candidate(h.payload, cosine=cosine, bm25=h.score)
+        else:
+            c.bm25 = h.score
+    best = max((c.bm25 for c in by_id.values()), default=0.0)
+    for c in by_id.values():
+        lex = c.bm25 / best if best > 0 else 0.0
+        c.score = min(1.0, DENSE_WEIGHT * max(c.cosine, 0.0) + LEXICAL_WEIGHT * lex)
+    return list(by_id.values())
+
+
+def _order_key(c: Candidate):
+    return (-round(c.score, 9), c.payload["path"], c.payload["offset_start"])
+
+
+def rank(candidates: list[Candidate]) -> list[Candidate]:
+    """Dedupe by (path, chunk_hash), then order by score, path, offset."""
+    best: dict[tuple[str, str], Candidate] = {}
+    for c in candidates:
+        key = (c.payload["path"], c.payload["chunk_hash"])
+        if key not in best or _order_key(c) < _order_key(best[key]):
+            best[key] = c
+    return sorted(best.values(), key=_order_key)
+
+
+def retrieve_context_pack(
+    query: RetrievalQuery, *, settings: Settings, embedder: Embedder, store: Store
+) -> ContextPack:
+    """FR-005's retrieve_context_pack(query, filters, top_k, budgets): no generative model anywhere."""
+    started = time.perf_counter()
+    budgets = query.budgets
+    deadline = started + budgets.latency_ms / 1000 if budgets and budgets.latency_ms else None
+    text, notes = prepare_query_text(query.query, settings.max_query_chars)
+    top_k = query.top_k or settings.top_k
+    threshold = query.score_threshold if query.score_threshold is not None else default_threshold(settings, embedder.name)
+
+    check_collection(store, embedder)
+    qvec = embedder.embed_query(text)
+    _check_deadline(deadline, started, "embedding the query")
+    ids, values = lexical.query_vector(text)
+    where = canonical_where(query)
+    pool = max(top_k * 4, 40)
+    specs = [SearchSpec(where=where, limit=pool, dense=qvec)]
+    if ids:
+        specs.append(SearchSpec(where=where, limit=pool, sparse=SparseVec(ids, values), with_dense_vector=True))
+    results = store.search(specs)
+    _check_deadline(deadline, started, "searching Qdrant")
+    ranked = rank(_fuse(qvec, results[0], results[1] if ids else []))
+
+    best_score = ranked[0].score if ranked else None
+    kept = [c for c in ranked if c.score >= threshold][:top_k]
+    items = [item_from_payload(c.payload, c.score) for c in kept]
+    truncated = False
+    if budgets and budgets.tokens:
+        items, truncated = trim_to_tokens(items, budgets.tokens)
+        if truncated:
+            notes.append(f"dropped lowest-ranked items to fit the token budget of {budgets.tokens}")
+    if not items:
+        if best_score is None:
+            notes.append("no chunks match these filters; check --filters or index the repository")
+        else:
+            notes.append(
+                f"no chunk scored >= {threshold:.2f}; the best score seen was {best_score:.3f}. "
+                f"Lower --score-threshold (e.g. --score-threshold {max(best_score - 0.05, 0):.2f}) to see more."
+            )
+    context_text = format_context_text(items)
+    return ContextPack(
+        context_text=context_text,
+        items=items,
+        filters=query.filters.scope(),
+        budgets=budgets,
+        usage=Usage(
+            tokens=sum(i.token_count for i in items),
+            latency_ms=round((time.perf_counter() - started) * 1000, 2),
+        ),
+        transport=query.transport,
+        retrieved_at=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        telemetry_id=telemetry_id(),
+        query=text,
+        top_k=top_k,
+        score_threshold=threshold,
+        best_score=None if best_score is None else round(best_score, 6),
+        truncated=truncated,
+        notes=notes,
+    )
+
+
+def trim_to_tokens(items: list[ContextItem], budget: int) -> tuple[list[ContextItem], bool]:
+    """Keep the best items whose tokens fit the budget; whole items only."""
+    kept, total = [], 0
+    for item in items:
+        if total + item.token_count > budget:
+            return kept, True
+        kept.append(item)
+        total += item.token_count
+    return kept, False
+
+
+def _check_deadline(deadline: float | None, started: float, stage: str) -> None:
+    if deadline is not None and time.perf_counter() > deadline:
+        spent = (time.perf_counter() - started) * 1000
+        raise MoonmindError(
+            "latency_budget_exceeded",
+            f"Latency budget exceeded while {stage}: spent {spent:.0f} ms.",
+            "Raise budgets.latency_ms, narrow the filters, or retry when the store is less loaded.",
+            latency_ms=round(spent, 2),
+        )

@@ -1,0 +1,51 @@
+"""Warm resources: one embedder and one store per process, created on first use.
+
+Why: a Celery worker or the gateway must not pay model load or client set-up on
+every request; the CLI creates them once per invocation the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .embedding import Embedder, make_embedder
+from .settings import Settings, get_settings
+from .store import Store, open_store
+
+_lock = threading.Lock()
+_embedders: dict[tuple, Embedder] = {}
+_stores: dict[tuple, Store] = {}
+
+
+def _key(settings: Settings, *extra: object) -> tuple:
+    return (settings.embedding_provider, settings.model_name, settings.embedding_dimensions, *extra)
+
+
+def get_embedder(settings: Settings | None = None) -> Embedder:
+    settings = settings or get_settings()
+    key = _key(settings)
+    with _lock:
+        if key not in _embedders:
+            _embedders[key] = make_embedder(settings)
+        return _embedders[key]
+
+
+def get_store(settings: Settings | None = None, collection: str | None = None) -> Store:
+    settings = settings or get_settings()
+    key = (settings.qdrant_url, str(settings.data_dir), collection or settings.collection)
+    with _lock:
+        if key not in _stores:
+            _stores[key] = open_store(settings, collection)
+        return _stores[key]
+
+
+def close_all() -> None:
+    """Release stores (the embedded store's lock in particular)."""
+    with _lock:
+        for store in _stores.values():
+            try:
+                store.close()
+            except Exception:  # noqa: BLE001 - closing is best effort at shutdown
+                pass
+        _stores.clear()
+        _embedders.clear()

@@ -1,0 +1,110 @@
+"""One settings object, read once from the environment and `.env`.
+
+Why one object: every entry point (CLI, Celery task, gateway) must agree on the
+collection, the embedding model and the store, or retrieval silently degrades.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EmbeddingProvider = Literal["static", "openai", "google", "ollama"]
+
+#: Default model per provider, used when MOONMIND_EMBEDDING_MODEL is unset.
+DEFAULT_MODELS: dict[str, str] = {
+    "static": "moonmind-static-minilm-256",
+    "openai": "text-embedding-3-small",
+    "google": "gemini-embedding-001",
+    "ollama": "nomic-embed-text",
+}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    # --- store -----------------------------------------------------------
+    qdrant_url: str | None = Field(None, validation_alias="QDRANT_URL")
+    qdrant_api_key: SecretStr | None = Field(None, validation_alias="QDRANT_API_KEY")
+    qdrant_timeout_s: float = Field(5.0, validation_alias="QDRANT_TIMEOUT_S")
+    moonmind_home: Path = Field(Path("~/.moonmind"), validation_alias="MOONMIND_HOME")
+    collection: str = Field(
+        "moonmind__repo", validation_alias=AliasChoices("MOONMIND_COLLECTION", "QDRANT_COLLECTION")
+    )
+
+    # --- embedding -------------------------------------------------------
+    embedding_provider: EmbeddingProvider = Field("static", validation_alias="MOONMIND_EMBEDDING_PROVIDER")
+    embedding_model: str | None = Field(None, validation_alias="MOONMIND_EMBEDDING_MODEL")
+    embedding_dimensions: int | None = Field(None, validation_alias="MOONMIND_EMBEDDING_DIMENSIONS", gt=0)
+    embedding_batch_size: int = Field(64, validation_alias="MOONMIND_EMBEDDING_BATCH_SIZE", gt=0)
+    embedding_timeout_s: float = Field(30.0, validation_alias="MOONMIND_EMBEDDING_TIMEOUT_S", gt=0)
+    google_api_key: SecretStr | None = Field(None, validation_alias="GOOGLE_API_KEY")
+    google_embedding_model: str | None = Field(None, validation_alias="GOOGLE_EMBEDDING_MODEL")
+    google_base_url: str = Field(
+        "https://generativelanguage.googleapis.com/v1beta/openai/", validation_alias="GOOGLE_OPENAI_BASE_URL"
+    )
+    openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
+    openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
+    ollama_url: str = Field("http://localhost:11434", validation_alias="OLLAMA_URL")
+
+    # --- retrieval -------------------------------------------------------
+    top_k: int = Field(8, validation_alias="RAG_SIMILARITY_TOP_K", ge=1, le=50)
+    score_threshold: float | None = Field(None, validation_alias="RAG_SCORE_THRESHOLD", ge=0.0, le=1.0)
+    max_query_chars: int = Field(2000, validation_alias="MOONMIND_MAX_QUERY_CHARS", gt=0)
+
+    # --- indexing --------------------------------------------------------
+    chunk_chars: int = Field(1500, validation_alias="MOONMIND_CHUNK_CHARS", ge=200)
+    chunk_overlap_lines: int = Field(2, validation_alias="MOONMIND_CHUNK_OVERLAP_LINES", ge=0)
+    max_file_bytes: int = Field(1_000_000, validation_alias="MOONMIND_MAX_FILE_BYTES", gt=0)
+
+    # --- job scope -------------------------------------------------------
+    run_id: str | None = Field(None, validation_alias="MOONMIND_RUN_ID")
+    job_id: str | None = Field(None, validation_alias="MOONMIND_JOB_ID")
+    repo: str | None = Field(None, validation_alias="MOONMIND_REPO")
+    tenant: str | None = Field(None, validation_alias="MOONMIND_TENANT")
+
+    @field_validator("moonmind_home", mode="after")
+    @classmethod
+    def _expand_home(cls, v: Path) -> Path:
+        return v.expanduser()
+
+    @field_validator("qdrant_url", "openai_base_url", mode="after")
+    @classmethod
+    def _blank_is_unset(cls, v: str | None) -> str | None:
+        return v or None
+
+    @property
+    def model_name(self) -> str:
+        """The embedding model actually in force for the configured provider."""
+        if self.embedding_model:
+            return self.embedding_model
+        if self.embedding_provider == "google" and self.google_embedding_model:
+            return self.google_embedding_model
+        return DEFAULT_MODELS[self.embedding_provider]
+
+    @property
+    def embedded_store(self) -> bool:
+        """True when the in-process Qdrant Edge store is in use (no QDRANT_URL)."""
+        return self.qdrant_url is None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.moonmind_home / "qdrant-edge"
+
+    def secrets(self) -> list[str]:
+        """Every configured secret value, so output can be scrubbed of them."""
+        out = []
+        for s in (self.qdrant_api_key, self.google_api_key, self.openai_api_key):
+            if s is not None and s.get_secret_value():
+                out.append(s.get_secret_value())
+        return out
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

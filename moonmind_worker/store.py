@@ -1,0 +1,587 @@
+"""Vector stores behind one small interface: Qdrant Edge (embedded) and qdrant-client (server).
+
+Both hold the same collection shape: a cosine `dense` vector, a `bm25` sparse
+vector with Qdrant's IDF modifier, and the `ChunkPayload` schema with payload
+indexes created up front. Filters are expressed once (`Where`) and translated to
+each engine, so a scope filter can never mean different things on the two paths.
+
+Collection metadata (embedding model, dimension, payload schema version) is
+recorded with the collection: in Qdrant's collection metadata on a server, in
+`meta.json` beside the shard for the embedded store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Protocol, Sequence
+
+import numpy as np
+
+from .errors import MoonmindError, redact
+from .settings import Settings
+
+DENSE = "dense"
+SPARSE = "bm25"
+
+#: Payload fields indexed up front: (name, kind). `tenant` is the tenant key.
+PAYLOAD_INDEXES: tuple[tuple[str, str], ...] = (
+    ("tenant", "tenant"),
+    ("repo", "keyword"),
+    ("path", "keyword"),
+    ("run_id", "keyword"),
+    ("trust_class", "keyword"),
+    ("language", "keyword"),
+    ("content_hash", "keyword"),
+    ("expires_at", "float"),
+)
+
+
+# ---------------------------------------------------------------- filters ---
+
+
+@dataclass(frozen=True)
+class Match:
+    key: str
+    value: str | int | bool
+
+
+@dataclass(frozen=True)
+class MatchAny:
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Range:
+    key: str
+    gt: float | None = None
+    gte: float | None = None
+    lt: float | None = None
+    lte: float | None = None
+
+
+@dataclass(frozen=True)
+class Where:
+    """A boolean filter: all of `must`, none of `must_not`, at least one of `should` (if any)."""
+
+    must: tuple[Any, ...] = ()
+    must_not: tuple[Any, ...] = ()
+    should: tuple[Any, ...] = ()
+
+
+@dataclass
+class SparseVec:
+    indices: list[int]
+    values: list[float]
+
+
+@dataclass
+class PointIn:
+    id: str
+    dense: np.ndarray
+    sparse: SparseVec
+    payload: dict[str, Any]
+
+
+@dataclass
+class SearchSpec:
+    """One branch of a batched search: dense or sparse, with its filter and limit."""
+
+    where: Where
+    limit: int
+    dense: np.ndarray | None = None
+    sparse: SparseVec | None = None
+    with_dense_vector: bool = False
+
+
+@dataclass
+class Hit:
+    id: str
+    score: float
+    payload: dict[str, Any]
+    dense: np.ndarray | None = None
+
+
+@dataclass
+class CollectionInfo:
+    name: str
+    dimensions: int
+    model: str | None
+    schema_version: int | None
+    points: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    collection: str
+
+    def info(self) -> CollectionInfo | None: ...
+
+    def create(self, dimensions: int, model: str, schema_version: int) -> None: ...
+
+    def set_metadata(self, **meta: Any) -> None: ...
+
+    def upsert(self, points: Sequence[PointIn]) -> None: ...
+
+    def delete(self, where: Where) -> None: ...
+
+    def delete_ids(self, ids: Sequence[str]) -> None: ...
+
+    def search(self, specs: Sequence[SearchSpec]) -> list[list[Hit]]: ...
+
+    def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]: ...
+
+    def count(self, where: Where | None = None) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def open_store(settings: Settings, collection: str | None = None) -> Store:
+    """The configured store: Qdrant Edge when QDRANT_URL is unset, qdrant-client otherwise."""
+    name = collection or settings.collection
+    if settings.embedded_store:
+        return EdgeStore(settings.data_dir, name)
+    return QdrantClientStore(settings, name)
+
+
+# ------------------------------------------------------------ Qdrant Edge ---
+
+
+class EdgeStore:
+    """The Qdrant engine in-process, persistent under MOONMIND_HOME; one owning process at a time."""
+
+    def __init__(self, root: Path, collection: str) -> None:
+        import qdrant_edge  # noqa: F401 - fail here, not mid-query, when the engine is missing
+
+        self.collection = collection
+        self.dir = Path(root) / collection
+        self._shard = None
+        self._lock_fd: int | None = None
+
+    # -- ownership --------------------------------------------------------
+    def _acquire(self) -> None:
+        import fcntl
+
+        if self._lock_fd is not None:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / "owner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise MoonmindError(
+                "store_busy",
+                f"The embedded store {self.dir} is in use by PID {pid}.",
+                "Run searches through the worker (--execution queue) or point QDRANT_URL at a Qdrant server.",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    @property
+    def _meta_path(self) -> Path:
+        return self.dir / "meta.json"
+
+    def _read_meta(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self._meta_path.read_text())
+        except FileNotFoundError:
+            return None
+
+    def _open(self):
+        if self._shard is None:
+            from qdrant_edge import EdgeShard
+
+            self._acquire()
+            if self._read_meta() is None or not (self.dir / "shard").exists():
+                raise _missing(self.collection)
+            self._shard = EdgeShard.load(str(self.dir / "shard"))
+        return self._shard
+
+    # -- collection -------------------------------------------------------
+    def info(self) -> CollectionInfo | None:
+        meta = self._read_meta()
+        if meta is None:
+            return None
+        return CollectionInfo(
+            name=self.collection,
+            dimensions=int(meta["dimensions"]),
+            model=meta.get("model"),
+            schema_version=meta.get("schema_version"),
+            points=self._open().info().points_count,
+            extra=meta,
+        )
+
+    def create(self, dimensions: int, model: str, schema_version: int) -> None:
+        from qdrant_edge import (
+            Distance, EdgeConfig, EdgeShard, EdgeSparseVectorParams, EdgeVectorParams, FloatIndexParams,
+            KeywordIndexParams, Modifier, UpdateOperation,
+        )
+
+        self._acquire()
+        if (self.dir / "shard").exists():
+            import shutil
+
+            shutil.rmtree(self.dir / "shard")
+        config = EdgeConfig(
+            vectors={DENSE: EdgeVectorParams(size=dimensions, distance=Distance.Cosine)},
+            sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)},
+        )
+        shard = EdgeShard.create(str(self.dir / "shard"), config)
+        for name, kind in PAYLOAD_INDEXES:
+            params = {
+                "tenant": KeywordIndexParams(is_tenant=True),
+                "keyword": KeywordIndexParams(),
+                "float": FloatIndexParams(),
+            }[kind]
+            shard.update(UpdateOperation.create_field_index(name, params))
+        shard.flush()
+        self._shard = shard
+        self._write_meta(
+            {"dimensions": dimensions, "model": model, "schema_version": schema_version, "created_at": time.time()}
+        )
+
+    def _write_meta(self, meta: dict[str, Any]) -> None:
+        tmp = self._meta_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        tmp.replace(self._meta_path)
+
+    def set_metadata(self, **meta: Any) -> None:
+        current = self._read_meta() or {}
+        current.update(meta)
+        self._write_meta(current)
+
+    # -- data -------------------------------------------------------------
+    def upsert(self, points: Sequence[PointIn]) -> None:
+        from qdrant_edge import Point, SparseVector, UpdateOperation
+
+        if not points:
+            return
+        shard = self._open()
+        shard.update(
+            UpdateOperation.upsert_points(
+                [
+                    Point(
+                        id=p.id,
+                        vector={
+                            DENSE: p.dense.tolist(),
+                            SPARSE: SparseVector(indices=p.sparse.indices, values=p.sparse.values),
+                        },
+                        payload=p.payload,
+                    )
+                    for p in points
+                ]
+            )
+        )
+
+    def delete(self, where: Where) -> None:
+        from qdrant_edge import UpdateOperation
+
+        self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(where)))
+
+    def delete_ids(self, ids: Sequence[str]) -> None:
+        from qdrant_edge import UpdateOperation
+
+        if ids:
+            self._open().update(UpdateOperation.delete_points(list(ids)))
+
+    def search(self, specs: Sequence[SearchSpec]) -> list[list[Hit]]:
+        from qdrant_edge import Query, QueryBatchRequest, QueryRequest, SparseVector
+
+        shard = self._open()
+        requests = []
+        for s in specs:
+            if s.dense is not None:
+                q = Query.Nearest(s.dense.tolist(), using=DENSE)
+            else:
+                q = Query.Nearest(SparseVector(indices=s.sparse.indices, values=s.sparse.values), using=SPARSE)
+            requests.append(
+                QueryRequest(
+                    limit=s.limit,
+                    query=q,
+                    filter=_edge_filter(s.where),
+                    with_payload=True,
+                    with_vector=[DENSE] if s.with_dense_vector else False,
+                )
+            )
+        results = shard.query_batch(QueryBatchRequest(requests))
+        return [[_edge_hit(p) for p in points] for points in results]
+
+    def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]:
+        from qdrant_edge import ScrollRequest
+
+        shard = self._open()
+        offset = None
+        flt = _edge_filter(where) if where else None
+        with_payload = list(fields) if not isinstance(fields, bool) else fields
+        while True:
+            records, offset = shard.scroll(
+                ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=with_payload, with_vector=False)
+            )
+            for r in records:
+                yield Hit(id=str(r.id), score=0.0, payload=dict(r.payload or {}))
+            if offset is None:
+                break
+
+    def count(self, where: Where | None = None) -> int:
+        from qdrant_edge import CountRequest
+
+        return self._open().count(CountRequest(exact=True, filter=_edge_filter(where) if where else None))
+
+    def optimize(self) -> None:
+        self._open().optimize()
+
+    def flush(self) -> None:
+        if self._shard is not None:
+            self._shard.flush()
+
+    def close(self) -> None:
+        if self._shard is not None:
+            self._shard.flush()
+            self._shard.close()
+            self._shard = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _edge_hit(p) -> Hit:
+    vec = None
+    if p.vector is not None:
+        v = p.vector.get(DENSE) if isinstance(p.vector, dict) else p.vector
+        if v is not None:
+            vec = np.asarray(v, dtype=np.float32)
+    return Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {}), dense=vec)
+
+
+def _edge_filter(where: Where | None):
+    from qdrant_edge import FieldCondition, Filter, MatchAny as EMatchAny, MatchValue, RangeFloat
+
+    if where is None:
+        return None
+
+    def cond(c):
+        if isinstance(c, Where):
+            return _edge_filter(c)
+        if isinstance(c, Match):
+            return FieldCondition(key=c.key, match=MatchValue(c.value))
+        if isinstance(c, MatchAny):
+            return FieldCondition(key=c.key, match=EMatchAny(list(c.values)))
+        if isinstance(c, Range):
+            return FieldCondition(key=c.key, range=RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+        raise TypeError(c)
+
+    return Filter(
+        must=[cond(c) for c in where.must] or None,
+        must_not=[cond(c) for c in where.must_not] or None,
+        should=[cond(c) for c in where.should] or None,
+    )
+
+
+def _missing(collection: str) -> MoonmindError:
+    return MoonmindError(
+        "collection_missing",
+        f"Collection {collection} does not exist yet.",
+        "Run `moonmind rag index PATH --repo NAME` to create and fill it.",
+    )
+
+
+# ---------------------------------------------------------- qdrant-client ---
+
+
+class QdrantClientStore:
+    """A Qdrant server or cluster (QDRANT_URL=http(s)://…), or qdrant-client's local mode (`:memory:` or a path)."""
+
+    def __init__(self, settings: Settings, collection: str) -> None:
+        from qdrant_client import QdrantClient
+
+        self.collection = collection
+        url = settings.qdrant_url or ":memory:"
+        key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        if url == ":memory:":
+            self._client = QdrantClient(location=":memory:")
+        elif url.startswith(("http://", "https://")):
+            self._client = QdrantClient(url=url, api_key=key, timeout=int(max(settings.qdrant_timeout_s, 1)))
+        else:
+            self._client = QdrantClient(path=url.removeprefix("file://"))
+        self.location = url
+
+    def _call(self, fn, what: str):
+        from .retry import call_with_retries
+
+        return call_with_retries(fn, what=f"{what} at {redact(self.location)}", service="qdrant")
+
+    def info(self) -> CollectionInfo | None:
+        if not self._call(lambda: self._client.collection_exists(self.collection), "Qdrant"):
+            return None
+        c = self._call(lambda: self._client.get_collection(self.collection), "Qdrant")
+        params = c.config.params.vectors
+        dims = params[DENSE].size if isinstance(params, dict) else params.size
+        meta = dict(getattr(c.config, "metadata", None) or {})
+        return CollectionInfo(
+            name=self.collection,
+            dimensions=int(dims),
+            model=meta.get("model"),
+            schema_version=meta.get("schema_version"),
+            points=int(c.points_count or 0),
+            extra=meta,
+        )
+
+    def create(self, dimensions: int, model: str, schema_version: int) -> None:
+        from qdrant_client import models as m
+
+        if self._client.collection_exists(self.collection):
+            self._client.delete_collection(self.collection)
+        self._client.create_collection(
+            self.collection,
+            vectors_config={DENSE: m.VectorParams(size=dimensions, distance=m.Distance.COSINE)},
+            sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
+            metadata={"dimensions": dimensions, "model": model, "schema_version": schema_version},
+        )
+        for name, kind in PAYLOAD_INDEXES:
+            schema = {
+                "tenant": m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True),
+                "keyword": m.PayloadSchemaType.KEYWORD,
+                "float": m.PayloadSchemaType.FLOAT,
+            }[kind]
+            self._client.create_payload_index(self.collection, name, field_schema=schema)
+
+    def set_metadata(self, **meta: Any) -> None:
+        self._client.update_collection(self.collection, metadata=meta)
+
+    def upsert(self, points: Sequence[PointIn]) -> None:
+        from qdrant_client import models as m
+
+        if not points:
+            return
+        batch = [
+            m.PointStruct(
+                id=p.id,
+                vector={
+                    DENSE: p.dense.tolist(),
+                    SPARSE: m.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
+                },
+                payload=p.payload,
+            )
+            for p in points
+        ]
+        self._call(lambda: self._client.upsert(self.collection, points=batch, wait=True), "Qdrant upsert")
+
+    def delete(self, where: Where) -> None:
+        from qdrant_client import models as m
+
+        self._call(
+            lambda: self._client.delete(
+                self.collection, points_selector=m.FilterSelector(filter=_client_filter(where)), wait=True
+            ),
+            "Qdrant delete",
+        )
+
+    def delete_ids(self, ids: Sequence[str]) -> None:
+        from qdrant_client import models as m
+
+        if ids:
+            self._call(
+                lambda: self._client.delete(
+                    self.collection, points_selector=m.PointIdsList(points=list(ids)), wait=True
+                ),
+                "Qdrant delete",
+            )
+
+    def search(self, specs: Sequence[SearchSpec]) -> list[list[Hit]]:
+        from qdrant_client import models as m
+
+        requests = []
+        for s in specs:
+            if s.dense is not None:
+                query, using = s.dense.tolist(), DENSE
+            else:
+                query, using = m.SparseVector(indices=s.sparse.indices, values=s.sparse.values), SPARSE
+            requests.append(
+                m.QueryRequest(
+                    query=query,
+                    using=using,
+                    filter=_client_filter(s.where),
+                    limit=s.limit,
+                    with_payload=True,
+                    with_vector=[DENSE] if s.with_dense_vector else False,
+                )
+            )
+        responses = self._call(
+            lambda: self._client.query_batch_points(self.collection, requests=requests), "Qdrant query"
+        )
+        out = []
+        for resp in responses:
+            hits = []
+            for p in resp.points:
+                vec = None
+                if p.vector:
+                    v = p.vector.get(DENSE) if isinstance(p.vector, dict) else p.vector
+                    vec = np.asarray(v, dtype=np.float32) if v is not None else None
+                hits.append(Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {}), dense=vec))
+            out.append(hits)
+        return out
+
+    def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]:
+        offset = None
+        flt = _client_filter(where) if where else None
+        with_payload = list(fields) if not isinstance(fields, bool) else fields
+        while True:
+            records, offset = self._call(
+                lambda: self._client.scroll(
+                    self.collection, scroll_filter=flt, limit=batch, offset=offset, with_payload=with_payload,
+                    with_vectors=False,
+                ),
+                "Qdrant scroll",
+            )
+            for r in records:
+                yield Hit(id=str(r.id), score=0.0, payload=dict(r.payload or {}))
+            if offset is None:
+                break
+
+    def count(self, where: Where | None = None) -> int:
+        flt = _client_filter(where) if where else None
+        return self._call(
+            lambda: self._client.count(self.collection, count_filter=flt, exact=True).count, "Qdrant count"
+        )
+
+    def optimize(self) -> None:
+        """A server optimizes in the background; nothing to do."""
+
+    def flush(self) -> None:
+        """Writes use wait=True; nothing buffered."""
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _client_filter(where: Where | None):
+    from qdrant_client import models as m
+
+    if where is None:
+        return None
+
+    def cond(c):
+        if isinstance(c, Where):
+            return _client_filter(c)
+        if isinstance(c, Match):
+            return m.FieldCondition(key=c.key, match=m.MatchValue(value=c.value))
+        if isinstance(c, MatchAny):
+            return m.FieldCondition(key=c.key, match=m.MatchAny(any=list(c.values)))
+        if isinstance(c, Range):
+            return m.FieldCondition(key=c.key, range=m.Range(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+        raise TypeError(c)
+
+    return m.Filter(
+        must=[cond(c) for c in where.must] or None,
+        must_not=[cond(c) for c in where.must_not] or None,
+        should=[cond(c) for c in where.should] or None,
+    )
