@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     repo: str | None = Field(None, validation_alias="MOONMIND_REPO")
     tenant: str | None = Field(None, validation_alias="MOONMIND_TENANT")
 
+    # --- Celery and queue events -------------------------------------------
+    celery_broker_url: str = Field("redis://localhost:6379/0", validation_alias="CELERY_BROKER_URL")
+    celery_result_backend: str | None = Field(None, validation_alias="CELERY_RESULT_BACKEND")
+    events_url: str | None = Field(None, validation_alias="MOONMIND_EVENTS_URL")
+    events_timeout_s: float = Field(0.5, validation_alias="MOONMIND_EVENTS_TIMEOUT_S", gt=0, le=10)
+
     @field_validator("moonmind_home", mode="after")
     @classmethod
     def _expand_home(cls, v: Path) -> Path:
@@ -76,6 +82,24 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_unset(cls, v: str | None) -> str | None:
         return v or None
+
+    @property
+    def result_backend(self) -> str:
+        """Celery results live on Redis; the broker's Redis unless CELERY_RESULT_BACKEND says otherwise."""
+        return self.celery_result_backend or self.celery_broker_url
+
+    @property
+    def events_broker(self) -> str | None:
+        """Where queue events go: MOONMIND_EVENTS_URL, else an explicitly configured CELERY_BROKER_URL, else nowhere.
+
+        Why not the default broker URL: a laptop CLI with no broker configured must not
+        try to reach localhost:6379 on every search; events are then a no-op.
+        """
+        if self.events_url is not None:
+            return None if self.events_url.strip().lower() in ("", "none", "off") else self.events_url
+        if "celery_broker_url" in self.model_fields_set:
+            return self.celery_broker_url
+        return None
 
     @property
     def model_name(self) -> str:

@@ -1,0 +1,132 @@
+"""Queue events: JSON on the `moonmind.events` topic exchange, bounded in time, never raising."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+
+from moonmind_worker import events
+
+BROKER = "redis://127.0.0.1:6379/4"
+
+
+@pytest.fixture
+def fresh_events(env, monkeypatch):
+    events.reset()
+    yield monkeypatch
+    events.reset()
+
+
+def _bound_queue(conn, pattern: str = "rag.#"):
+    from kombu import Exchange, Queue
+
+    q = Queue(f"test-events-{uuid.uuid4().hex}", Exchange(events.EXCHANGE, type="topic", durable=True), routing_key=pattern)
+    bound = q(conn.default_channel)
+    bound.declare()
+    return bound
+
+
+def _get(bound, wait_s: float = 3.0):
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        m = bound.get(no_ack=True)
+        if m is not None:
+            return m
+        time.sleep(0.02)
+    return None
+
+
+def test_event_arrives_on_the_topic_exchange_with_scope_and_fields(fresh_events):
+    from kombu import Connection
+
+    fresh_events.setenv("CELERY_BROKER_URL", BROKER)
+    for var, value in (("MOONMIND_JOB_ID", "job-7"), ("MOONMIND_RUN_ID", "run-7"), ("MOONMIND_REPO", "demo"), ("MOONMIND_TENANT", "acme")):
+        fresh_events.setenv(var, value)
+    with Connection(BROKER) as conn:
+        bound = _bound_queue(conn)
+        try:
+            events.publish("doctor_failed", check="qdrant", remedy="start Qdrant")
+            msg = _get(bound)
+            assert msg is not None, "no event arrived"
+            assert msg.delivery_info["exchange"] == "moonmind.events"
+            assert msg.delivery_info["routing_key"] == "rag.doctor_failed"
+            body = msg.payload
+            assert body["event"] == "doctor_failed"
+            assert body["schema"] == 1
+            assert body["event_id"].startswith("evt_") and len(body["event_id"]) == 30
+            assert body["timestamp"].endswith("Z")
+            assert (body["job_id"], body["run_id"], body["repo"], body["tenant"]) == ("job-7", "run-7", "demo", "acme")
+            assert body["check"] == "qdrant" and body["remedy"] == "start Qdrant"
+        finally:
+            bound.delete()
+
+
+def test_a_binding_for_one_event_receives_only_that_event(fresh_events):
+    from kombu import Connection
+
+    fresh_events.setenv("CELERY_BROKER_URL", BROKER)
+    with Connection(BROKER) as conn:
+        bound = _bound_queue(conn, "rag.job_rag_finished")
+        try:
+            events.publish("doctor_failed")
+            events.publish("job_rag_finished", outcome="success")
+            msg = _get(bound)
+            assert msg.payload["event"] == "job_rag_finished"
+            assert _get(bound, 0.3) is None
+        finally:
+            bound.delete()
+
+
+def test_no_broker_configured_is_a_no_op_said_once_in_debug(fresh_events, caplog):
+    caplog.set_level(logging.DEBUG, logger="moonmind.events")
+    started = time.perf_counter()
+    events.publish("job_rag_finished")
+    events.publish("job_rag_finished")
+    assert time.perf_counter() - started < 0.2
+    said = [r for r in caplog.records if "queue events are off" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.DEBUG
+
+
+def test_refused_broker_returns_quickly_without_raising(fresh_events):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fresh_events.setenv("CELERY_BROKER_URL", f"redis://127.0.0.1:{port}/4")
+    started = time.perf_counter()
+    events.publish("doctor_failed")
+    assert time.perf_counter() - started < 1.5
+    started = time.perf_counter()
+    events.publish("doctor_failed")  # cool-down: the second event costs nothing
+    assert time.perf_counter() - started < 0.05
+
+
+def test_a_broker_that_never_answers_costs_at_most_the_timeout(fresh_events):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
+    fresh_events.setenv("CELERY_BROKER_URL", f"redis://127.0.0.1:{server.getsockname()[1]}/4")
+    fresh_events.setenv("MOONMIND_EVENTS_TIMEOUT_S", "0.3")
+    try:
+        events.publish("job_rag_finished")  # warm imports so the timing below is the socket wait
+        events.reset()
+        started = time.perf_counter()
+        events.publish("job_rag_finished")
+        elapsed = time.perf_counter() - started
+        assert 0.25 <= elapsed < 1.0, elapsed
+    finally:
+        server.close()
+
+
+def test_events_url_off_disables_publishing_even_with_a_broker(fresh_events, caplog):
+    caplog.set_level(logging.DEBUG, logger="moonmind.events")
+    fresh_events.setenv("CELERY_BROKER_URL", BROKER)
+    fresh_events.setenv("MOONMIND_EVENTS_URL", "off")
+    events.publish("doctor_failed")
+    assert any("queue events are off" in r.getMessage() for r in caplog.records)
