@@ -20,6 +20,7 @@ from .errors import EXIT_INTERNAL, EXIT_USAGE, MoonmindError
 #: Command modules; each has `register(groups)` that adds its sub-commands.
 COMMAND_MODULES = [
     "moonmind_worker.commands.rag",
+    "moonmind_worker.commands.worker",
 ]
 
 GROUPS = {

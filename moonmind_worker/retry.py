@@ -24,6 +24,13 @@ def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple
     """
     failed = "qdrant_unreachable" if service == "qdrant" else "embedding_provider_error"
     where = "QDRANT_URL and that the Qdrant server is up" if service == "qdrant" else "the provider URL and network"
+    if service == "qdrant":
+        key_remedy = "Check QDRANT_API_KEY (read from the environment or .env): it must be a key of this Qdrant server."
+        denied_remedy = "Use a QDRANT_API_KEY with access to this collection (read-write for index and overlay writes)."
+    else:
+        key_remedy = ("Check the provider's API key (OPENAI_API_KEY for openai, GOOGLE_API_KEY for google; "
+                      "read from the environment or .env).")
+        denied_remedy = "Ask the provider for access to this model, or configure another model."
     if isinstance(exc, MoonmindError):
         return False, exc
     name = type(exc).__name__
@@ -41,11 +48,11 @@ def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple
         )
     if status in (401,) or name == "AuthenticationError":
         return False, MoonmindError(
-            "unauthenticated", f"{what}: the credential was rejected (HTTP 401).", "Check the API key for this provider."
+            "unauthenticated", f"{what}: the credential was rejected (HTTP 401).", key_remedy
         )
     if status in (403,) or name == "PermissionDeniedError":
         return False, MoonmindError(
-            "forbidden", f"{what}: access denied (HTTP 403).", "Ask for access to this model or collection."
+            "forbidden", f"{what}: access denied (HTTP 403).", denied_remedy
         )
     if isinstance(status, int) and status >= 500:
         return True, MoonmindError(

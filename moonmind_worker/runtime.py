@@ -30,13 +30,23 @@ def get_embedder(settings: Settings | None = None) -> Embedder:
         return _embedders[key]
 
 
+def _store_key(settings: Settings, collection: str | None) -> tuple:
+    return (settings.qdrant_url, str(settings.data_dir), collection or settings.collection)
+
+
 def get_store(settings: Settings | None = None, collection: str | None = None) -> Store:
     settings = settings or get_settings()
-    key = (settings.qdrant_url, str(settings.data_dir), collection or settings.collection)
+    key = _store_key(settings, collection)
     with _lock:
         if key not in _stores:
             _stores[key] = open_store(settings, collection)
         return _stores[key]
+
+
+def existing_store(settings: Settings, collection: str | None = None) -> Store | None:
+    """The store this process already holds open, if any (a second embedded open would find it locked)."""
+    with _lock:
+        return _stores.get(_store_key(settings, collection))
 
 
 def close_all() -> None:

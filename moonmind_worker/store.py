@@ -409,15 +409,25 @@ class QdrantClientStore:
         if url == ":memory:":
             self._client = QdrantClient(location=":memory:")
         elif url.startswith(("http://", "https://")):
-            self._client = QdrantClient(url=url, api_key=key, timeout=int(max(settings.qdrant_timeout_s, 1)))
+            import warnings
+
+            with warnings.catch_warnings():  # "api key over http" is the operator's choice; keep stderr clean
+                warnings.simplefilter("ignore", UserWarning)
+                self._client = QdrantClient(
+                    url=url, api_key=key, timeout=int(max(settings.qdrant_timeout_s, 1)), check_compatibility=False
+                )
         else:
             self._client = QdrantClient(path=url.removeprefix("file://"))
         self.location = url
+        self._has_key = key is not None
 
     def _call(self, fn, what: str):
         from .retry import call_with_retries
 
-        return call_with_retries(fn, what=f"{what} at {redact(self.location)}", service="qdrant")
+        try:
+            return call_with_retries(fn, what=f"{what} at {redact(self.location)}", service="qdrant")
+        except MoonmindError as err:
+            raise _explain_auth(err, self._has_key) from None
 
     def info(self) -> CollectionInfo | None:
         if not self._call(lambda: self._client.collection_exists(self.collection), "Qdrant"):
@@ -561,6 +571,18 @@ class QdrantClientStore:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _explain_auth(err: MoonmindError, has_key: bool) -> MoonmindError:
+    """A 401 with no key configured is a missing credential: name the variable, not a bad key."""
+    if err.code == "unauthenticated" and not has_key:
+        return MoonmindError(
+            "missing_credentials",
+            f"{err.message} QDRANT_API_KEY is not set and this Qdrant server requires a key.",
+            "Export QDRANT_API_KEY (read from the environment or a .env file in the working directory).",
+            **err.details,
+        )
+    return err
 
 
 def _client_filter(where: Where | None):

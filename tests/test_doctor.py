@@ -1,0 +1,147 @@
+"""`moonmind worker doctor` (issue 3, spec 01 FR-008 / SC-005): a real probe of every prerequisite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from http_servers import EmbeddingsServer, StatusServer, closed_port
+
+
+@pytest.fixture
+def embeddings():
+    server = EmbeddingsServer(repeat=2)
+    yield server
+    server.close()
+
+
+def _lines(stdout: str) -> dict[str, str]:
+    """check name -> its ✓/✗ line."""
+    out = {}
+    for line in stdout.splitlines():
+        if line[:1] in "✓✗":
+            out[line.split()[1]] = line
+    return out
+
+
+def test_doctor_passes_on_a_healthy_embedded_setup(cli, indexed):
+    r = cli("worker", "doctor")
+    assert r.code == 0, r.stdout + r.stderr
+    lines = _lines(r.stdout)
+    for name in ("embedding", "qdrant", "collection", "dimension", "model", "schema", "query"):
+        assert lines[name].startswith("✓"), r.stdout
+    assert "moonmind-static-minilm-256" in lines["embedding"]
+    assert "256 dims" in lines["embedding"]
+    assert "test query returned 1 item" in lines["query"]
+    assert r.stdout.rstrip().endswith("retrieval: usable")
+
+
+def test_doctor_json_is_the_same_checklist(cli, indexed):
+    r = cli("worker", "doctor", "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["ok"] is True
+    assert [c["name"] for c in data["checks"]] == [
+        "embedding", "qdrant", "collection", "dimension", "model", "schema", "query"
+    ]
+    assert all(set(c) >= {"name", "ok", "detail", "remedy"} for c in data["checks"])
+
+
+def test_doctor_fails_with_index_remedy_when_the_collection_is_missing(cli):
+    r = cli("worker", "doctor", "--json")
+    assert r.code == 3
+    data = r.json()
+    assert data["ok"] is False
+    check = {c["name"]: c for c in data["checks"]}["collection"]
+    assert check["ok"] is False and "moonmind rag index" in check["remedy"]
+    assert data["error"]["code"] == "collection_missing"
+
+
+def test_doctor_names_the_missing_embedding_credential(cli, indexed):
+    r = cli("worker", "doctor", extra_env={"MOONMIND_EMBEDDING_PROVIDER": "google"})
+    assert r.code == 3
+    line = _lines(r.stdout)["embedding"]
+    assert line.startswith("✗") and "GOOGLE_API_KEY is not set" in line and ".env" in line
+
+
+def test_doctor_reports_dimension_and_model_drift_with_the_sync_remedy(cli, indexed, embeddings):
+    env = {"MOONMIND_EMBEDDING_PROVIDER": "openai", "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": embeddings.base_url,
+           "MOONMIND_EMBEDDING_MODEL": "local-embed-512"}
+    r = cli("worker", "doctor", extra_env=env)
+    assert r.code == 3, r.stdout
+    lines = _lines(r.stdout)
+    assert lines["embedding"].startswith("✓") and "512 dims" in lines["embedding"]
+    assert lines["dimension"].startswith("✗")
+    assert "Collection moonmind__repo expects dim=256 but local-embed-512 outputs 512." in lines["dimension"]
+    assert "remedy: Run moonmind rag sync-embedding --collection moonmind__repo" in r.stdout
+    assert lines["model"].startswith("✗") and "moonmind-static-minilm-256" in lines["model"]
+    assert "query" not in lines  # no query against a collection it cannot read
+
+
+def test_doctor_reports_unreachable_qdrant_as_connectivity(cli):
+    r = cli("worker", "doctor", "--json", extra_env={"QDRANT_URL": f"http://127.0.0.1:{closed_port()}"})
+    assert r.code == 4
+    check = {c["name"]: c for c in r.json()["checks"]}["qdrant"]
+    assert check["ok"] is False and check["code"] == "qdrant_unreachable"
+    assert "cannot connect" in check["detail"] and "QDRANT_URL" in check["remedy"]
+
+
+@pytest.mark.parametrize("status,code", [(401, "unauthenticated"), (403, "forbidden")])
+def test_doctor_tells_a_rejected_qdrant_key_from_an_unreachable_server(cli, status, code):
+    server = StatusServer(status)
+    try:
+        r = cli("worker", "doctor", "--json", extra_env={"QDRANT_URL": server.url, "QDRANT_API_KEY": "qk-doctor"})
+    finally:
+        server.close()
+    assert r.code == 4
+    check = {c["name"]: c for c in r.json()["checks"]}["qdrant"]
+    assert check["code"] == code and f"HTTP {status}" in check["detail"]
+    assert "QDRANT_API_KEY" in check["remedy"]
+    assert r.stderr == ""  # no client warnings leak onto stderr
+
+
+def test_doctor_checks_gateway_health_when_a_gateway_is_configured(cli, indexed):
+    server = StatusServer(200, {"status": "ok"})
+    try:
+        r = cli("worker", "doctor", extra_env={"MOONMIND_RETRIEVAL_URL": server.url})
+    finally:
+        server.close()
+    assert r.code == 0, r.stdout
+    assert _lines(r.stdout)["gateway"].startswith("✓")
+    assert server.requests == ["GET /retrieval/health"]
+
+
+def test_doctor_fails_when_the_gateway_is_down_and_direct_fallback_is_off(cli, indexed):
+    env = {"MOONMIND_RETRIEVAL_URL": f"http://127.0.0.1:{closed_port()}", "MOONMIND_RETRIEVAL_FALLBACK": "none"}
+    r = cli("worker", "doctor", "--json", extra_env=env)
+    assert r.code != 0
+    check = {c["name"]: c for c in r.json()["checks"]}["gateway"]
+    assert check["ok"] is False and check["required"] is True and "MOONMIND_RETRIEVAL_URL" in check["remedy"]
+
+
+def test_an_unreachable_broker_and_statsd_are_reported_but_do_not_block_retrieval(cli, indexed):
+    env = {"CELERY_BROKER_URL": f"redis://:broker-pass@127.0.0.1:{closed_port()}/2", "STATSD_HOST": "127.0.0.1"}
+    r = cli("worker", "doctor", "--json", extra_env=env)
+    assert r.code == 0, r.stdout
+    checks = {c["name"]: c for c in r.json()["checks"]}
+    assert checks["broker"]["ok"] is False and checks["broker"]["required"] is False
+    assert "CELERY_BROKER_URL" in checks["broker"]["remedy"]
+    assert checks["statsd"]["ok"] is True
+    assert "broker-pass" not in r.stdout + r.stderr
+
+
+def test_run_checks_is_the_python_api_the_bootstrap_hook_uses(env, indexed):
+    from moonmind_worker.doctor import run_checks
+    from moonmind_worker.settings import Settings
+
+    report = run_checks(Settings())
+    assert report.ok is True
+    assert all(c.ok for c in report.checks)
+    assert {c.name for c in report.checks} >= {"embedding", "qdrant", "collection", "dimension", "query"}
+    # the doctor released the embedded store: a search process can open it right after
+    from moonmind_worker.store import open_store
+
+    store = open_store(Settings())
+    assert store.info().points > 0
+    store.close()
