@@ -205,3 +205,37 @@ def _action_for(exc) -> str:
     if "top_k" in locs:
         return f"Pass --top-k between {TOP_K_MIN} and {TOP_K_MAX}."
     return "Fix the request fields named above and retry."
+
+
+# ------------------------------------------------------ Celery task wire ---
+
+
+class IndexRequest(BaseModel):
+    """Arguments of the `moonmind.rag.index` task: a tree on the worker's filesystem."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1)  # absolute path as the worker sees it
+    repo: str = Field(min_length=1)
+    tenant: str = Field(min_length=1)
+
+
+class SkippedFile(BaseModel):
+    path: str
+    reason: str
+
+
+class IndexReport(BaseModel):
+    """Result of indexing (CLI `rag index` and the `moonmind.rag.index` task print the same thing from it)."""
+
+    repo: str
+    tenant: str
+    files_seen: int
+    files_indexed: int
+    files_unchanged: int
+    files_deleted: int
+    chunks_written: int
+    chunks_deleted: int
+    skipped: list[SkippedFile]
+    seconds: float
+    line: str  # the one-line human summary

@@ -34,9 +34,12 @@ CODES: dict[str, tuple[int, int]] = {
     "embedding_provider_error": (EXIT_CONNECTIVITY, 500),
     "quota_exhausted": (EXIT_CONNECTIVITY, 429),
     "broker_unreachable": (EXIT_CONNECTIVITY, 503),
+    "worker_unavailable": (EXIT_CONNECTIVITY, 503),
+    "job_blocked": (EXIT_CONFIG, 503),
     "retrieval_failed": (EXIT_CONNECTIVITY, 500),
     "latency_budget_exceeded": (EXIT_BUDGET, 408),
     "token_budget_exceeded": (EXIT_BUDGET, 413),
+    "task_timeout": (EXIT_BUDGET, 504),
     "internal_error": (EXIT_INTERNAL, 500),
 }
 

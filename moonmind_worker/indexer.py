@@ -42,6 +42,14 @@ class IndexSummary:
     skipped: list[Skipped] = field(default_factory=list)
     seconds: float = 0.0
 
+    def report(self):
+        """The wire form (contracts.IndexReport) every entry point prints from."""
+        from .contracts import IndexReport, SkippedFile
+
+        data = {k: v for k, v in self.__dict__.items() if k != "skipped"}
+        skipped = [SkippedFile(path=s.path, reason=s.reason) for s in self.skipped]
+        return IndexReport(**data, skipped=skipped, line=self.line())
+
     def line(self) -> str:
         rate = self.chunks_written / self.seconds if self.seconds > 0 else 0.0
         return (

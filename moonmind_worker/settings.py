@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     celery_result_backend: str | None = Field(None, validation_alias="CELERY_RESULT_BACKEND")
     events_url: str | None = Field(None, validation_alias="MOONMIND_EVENTS_URL")
     events_timeout_s: float = Field(0.5, validation_alias="MOONMIND_EVENTS_TIMEOUT_S", gt=0, le=10)
+    rag_execution: Literal["sync", "queue"] = Field("sync", validation_alias="MOONMIND_RAG_EXECUTION")
+    search_queue: str = Field("moonmind.search", validation_alias="MOONMIND_SEARCH_QUEUE", min_length=1)
+    index_queue: str = Field("moonmind.index", validation_alias="MOONMIND_INDEX_QUEUE", min_length=1)
+    queue_timeout_s: float = Field(30.0, validation_alias="MOONMIND_QUEUE_TIMEOUT_S", gt=0)
+    overlay_sweep_interval_s: float = Field(300.0, validation_alias="MOONMIND_OVERLAY_SWEEP_INTERVAL_S", gt=0)
 
     @field_validator("moonmind_home", mode="after")
     @classmethod

@@ -17,11 +17,62 @@ def register(groups: dict) -> None:
     p.add_argument("--repo", required=True, help="repository name stored with every chunk")
     p.add_argument("--tenant", default=None, help="tenant (default: MOONMIND_TENANT or 'default')")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_execution_arguments(p, write=True)
     p.set_defaults(_handler=cmd_index)
 
     p = rag.add_parser("search", help="retrieve a context pack for a query")
     add_search_arguments(p)
+    add_execution_arguments(p, write=False)
     p.set_defaults(_handler=cmd_search)
+
+
+def add_execution_arguments(p: argparse.ArgumentParser, *, write: bool) -> None:
+    """--execution sync|queue (+ --timeout, and --no-wait for writes): run here or on a warm Celery worker."""
+    p.add_argument(
+        "--execution", choices=["sync", "queue"], default=None,
+        help="sync: run in this process; queue: send to a Celery worker and wait (default MOONMIND_RAG_EXECUTION or sync)",
+    )
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="queue mode: how long to wait for the worker (default: the latency budget, else MOONMIND_QUEUE_TIMEOUT_S=30)")
+    if write:
+        p.add_argument("--no-wait", action="store_true", help="queue mode: print the task id and return at once")
+
+
+def execution_mode(args: argparse.Namespace) -> str:
+    from ..settings import get_settings
+
+    return args.execution or get_settings().rag_execution
+
+
+def queue_timeout(args: argparse.Namespace, latency_ms: int | None = None) -> float:
+    from ..settings import get_settings
+
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise MoonmindError("invalid_argument", f"--timeout {args.timeout} must be positive.", "Pass seconds, e.g. --timeout 10.")
+        return args.timeout
+    if latency_ms:
+        return latency_ms / 1000
+    return get_settings().queue_timeout_s
+
+
+def run_queued(task: str, kwargs: dict, *, queue: str, timeout_s: float, wait: bool = True):
+    """Send a task to the configured broker (standard library only: no celery, numpy or qdrant import)."""
+    from ..queue_client import run_task
+    from ..settings import get_settings
+
+    settings = get_settings()
+    return run_task(
+        task, kwargs, queue=queue, broker_url=settings.celery_broker_url,
+        backend_url=settings.result_backend, timeout_s=timeout_s, wait=wait,
+    )
+
+
+def print_task_id(task_id: str, args: argparse.Namespace) -> int:
+    import json
+
+    sys.stdout.write(json.dumps({"task_id": task_id}) + "\n" if args.json else task_id + "\n")
+    return 0
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,28 +144,83 @@ def print_pack(pack, args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    query = query_from_args(args)
+    if execution_mode(args) == "queue":
+        return print_pack(search_queued(query, args), args)
+
     from ..pipeline import retrieve_context_pack
     from ..runtime import get_embedder, get_store
     from ..settings import get_settings
 
-    query = query_from_args(args)
     settings = get_settings()
     pack = retrieve_context_pack(query, settings=settings, embedder=get_embedder(settings), store=get_store(settings))
     return print_pack(pack, args)
 
 
-def cmd_index(args: argparse.Namespace) -> int:
+def search_queued(query, args: argparse.Namespace):
+    """The same ContextPack, computed by a warm worker; validated here as it was there."""
+    from pydantic import ValidationError
+
+    from ..contracts import ContextPack
+    from ..queue_client import SEARCH
+    from ..settings import get_settings
+
+    latency = query.budgets.latency_ms if query.budgets else None
+    data = run_queued(
+        SEARCH, {"query": query.model_dump(mode="json")}, queue=get_settings().search_queue,
+        timeout_s=queue_timeout(args, latency),
+    )
+    try:
+        return ContextPack.model_validate(data)
+    except ValidationError:
+        raise MoonmindError(
+            "internal_error", "The worker returned something that is not a ContextPack.",
+            "Check that the worker runs the same moonmind-worker version as this CLI.",
+        ) from None
+
+
+def print_index_report(report, args: argparse.Namespace) -> int:
+    """One rendering of an index run, for sync and queue alike."""
     import json
+
+    if args.json:
+        sys.stdout.write(json.dumps(report.model_dump(mode="json", exclude={"line"}), indent=2) + "\n")
+    else:
+        sys.stdout.write(report.line + "\n")
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from ..settings import get_settings
+
+    settings = get_settings()
+    tenant = args.tenant or settings.tenant or "default"
+    if execution_mode(args) == "queue":
+        from pydantic import ValidationError
+
+        from ..contracts import IndexReport, IndexRequest
+        from ..queue_client import INDEX
+
+        request = IndexRequest(path=str(Path(args.path).resolve()), repo=args.repo, tenant=tenant)
+        wait = not args.no_wait
+        out = run_queued(INDEX, {"request": request.model_dump(mode="json")}, queue=settings.index_queue,
+                         timeout_s=queue_timeout(args), wait=wait)
+        if not wait:
+            return print_task_id(out, args)
+        try:
+            return print_index_report(IndexReport.model_validate(out), args)
+        except ValidationError:
+            raise MoonmindError("internal_error", "The worker returned something that is not an IndexReport.",
+                                "Check that the worker runs the same moonmind-worker version as this CLI.") from None
+    if args.no_wait:
+        raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
     from ..indexer import index_repository, tty_progress
     from ..runtime import get_embedder, get_store
-    from ..settings import get_settings
 
     root = Path(args.path)
     if not root.is_dir():
         raise MoonmindError("invalid_argument", f"{args.path} is not a directory.", "Pass the root of the repository to index.")
-    settings = get_settings()
-    tenant = args.tenant or settings.tenant or "default"
     store = get_store(settings)
     summary = index_repository(
         root,
@@ -125,10 +231,4 @@ def cmd_index(args: argparse.Namespace) -> int:
         store=store,
         progress=tty_progress(),
     )
-    if args.json:
-        out = {k: v for k, v in summary.__dict__.items() if k != "skipped"}
-        out["skipped"] = [{"path": s.path, "reason": s.reason} for s in summary.skipped]
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
-    else:
-        sys.stdout.write(summary.line() + "\n")
-    return 0
+    return print_index_report(summary.report(), args)

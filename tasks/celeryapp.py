@@ -1,0 +1,219 @@
+"""The Celery application, configured from the one settings object, and its worker lifecycle.
+
+Why these choices:
+* JSON only (task arguments and results are the pydantic contracts as JSON);
+* two queues — searches (``MOONMIND_SEARCH_QUEUE``, low latency) never wait behind bulk
+  work (``MOONMIND_INDEX_QUEUE``: index, overlay upsert/clean, TTL sweep);
+* warm resources: the embedder and the store are created once per worker process, so a
+  search task never pays model load or client set-up;
+* the embedded store allows one owning process: prefork with concurrency > 1 on it is
+  refused at start (the default concurrency is 1 when no ``QDRANT_URL`` is set);
+* heartbeats in ``moonmind:consumers:<queue>`` let the CLI say "no worker consuming"
+  before it sends anything (see `moonmind_worker.queue_client`).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+import threading
+import time
+
+from celery import Celery, signals
+
+from moonmind_worker import queue_client
+from moonmind_worker.errors import EXIT_CONFIG
+from moonmind_worker.settings import Settings, get_settings
+
+log = logging.getLogger("moonmind.tasks")
+
+SWEEP_SCHEDULE_NAME = "moonmind-sweep-expired-overlays"
+
+
+def make_app(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    app = Celery("moonmind", broker=settings.celery_broker_url, backend=settings.result_backend)
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        timezone="UTC",
+        enable_utc=True,
+        task_default_queue=settings.index_queue,
+        task_routes={
+            queue_client.SEARCH: {"queue": settings.search_queue},
+            queue_client.INDEX: {"queue": settings.index_queue},
+            queue_client.OVERLAY_UPSERT: {"queue": settings.index_queue},
+            queue_client.OVERLAY_CLEAN: {"queue": settings.index_queue},
+            queue_client.SWEEP: {"queue": settings.index_queue},
+        },
+        task_create_missing_queues=True,
+        # one message at a time per process: a long index must not hold a prefetched search
+        worker_prefetch_multiplier=1,
+        result_expires=3600,
+        broker_connection_retry_on_startup=True,
+        # a write whose worker died is redelivered after this (Redis transport)
+        broker_transport_options={"visibility_timeout": 3600},
+        beat_schedule={
+            SWEEP_SCHEDULE_NAME: {
+                "task": queue_client.SWEEP,
+                "schedule": settings.overlay_sweep_interval_s,
+                "options": {"queue": settings.index_queue, "expires": settings.overlay_sweep_interval_s},
+            }
+        },
+    )
+    if settings.embedded_store:
+        # the embedded store has one owner: one pool process unless told otherwise (then refused)
+        app.conf.worker_concurrency = 1
+    return app
+
+
+app = make_app()
+
+
+# ------------------------------------------------------------------ guard ---
+
+
+def embedded_store_refusal(pool: str, concurrency: int, settings: Settings) -> str | None:
+    """Why this worker must not start, or None: prefork > 1 on the embedded store means two owners."""
+    if not settings.embedded_store or concurrency <= 1:
+        return None
+    if pool not in ("prefork", "processes"):
+        return None
+    return (
+        f"refusing to start: the embedded Qdrant store ({settings.data_dir}) has one owning process, "
+        f"but this worker asked for --pool {pool} with concurrency {concurrency}.\n"
+        "  action: use `--pool solo` (or `--pool threads`), or set QDRANT_URL to a Qdrant server to run many processes."
+    )
+
+
+def _pool_name(pool_cls) -> str:
+    if isinstance(pool_cls, str):
+        return pool_cls.split(":")[-1].lower()
+    module = getattr(pool_cls, "__module__", "")
+    return {"celery.concurrency.prefork": "prefork", "celery.concurrency.solo": "solo",
+            "celery.concurrency.thread": "threads"}.get(module, module.rsplit(".", 1)[-1])
+
+
+@signals.worker_init.connect
+def _refuse_shared_embedded_store(sender=None, **_: object) -> None:
+    concurrency = sender.concurrency
+    if isinstance(concurrency, str):  # "auto": the prefork pool sizes itself to the CPUs
+        import os
+
+        concurrency = os.cpu_count() or 1
+    reason = embedded_store_refusal(_pool_name(sender.pool_cls), int(concurrency or 1), get_settings())
+    if reason:
+        sys.stderr.write(f"error[store_busy]: {reason}\n")
+        sys.stderr.flush()
+        raise SystemExit(EXIT_CONFIG)
+
+
+# ---------------------------------------------------------- warm resources ---
+
+_warm = {"pid": None}
+
+
+def warm_resources() -> None:
+    """Create the embedder and store once for this process (search tasks then pay neither)."""
+    import os
+
+    from moonmind_worker import runtime
+
+    if _warm["pid"] == os.getpid():
+        return
+    settings = get_settings()
+    started = time.perf_counter()
+    embedder = runtime.get_embedder(settings)
+    store = runtime.get_store(settings)
+    try:
+        store.info()  # opens the shard / the client connection now, not on the first search
+    except Exception as exc:  # noqa: BLE001 - a missing collection is fine until the first index
+        log.info("store not ready yet (%s); it will be opened on first use", type(exc).__name__)
+    _warm["pid"] = os.getpid()
+    log.info("warm: embedder %s and store ready in %.0f ms", embedder.name, (time.perf_counter() - started) * 1000)
+
+
+@signals.worker_process_init.connect
+def _warm_child(**_: object) -> None:
+    warm_resources()
+
+
+@signals.worker_ready.connect
+def _on_ready(sender=None, **_: object) -> None:
+    # solo/threads pools run tasks in this process: warm here; prefork children warm themselves
+    if _pool_name(sender.controller.pool_cls if hasattr(sender, "controller") else "") != "prefork":
+        warm_resources()
+    queues = sorted(sender.app.amqp.queues.consume_from.keys()) if sender is not None else []
+    _presence.start(queues, sender.hostname if sender is not None else socket.gethostname())
+
+
+@signals.worker_shutdown.connect
+def _on_shutdown(**_: object) -> None:
+    _presence.stop()
+    from moonmind_worker import runtime
+
+    runtime.close_all()
+
+
+@signals.worker_process_shutdown.connect
+def _on_child_shutdown(**_: object) -> None:
+    from moonmind_worker import runtime
+
+    runtime.close_all()
+
+
+# ---------------------------------------------------------------- presence ---
+
+
+class _Presence:
+    """Heartbeat per consumed queue so the CLI can tell "no worker" from "slow worker"."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._queues: list[str] = []
+        self._member = ""
+
+    def start(self, queues: list[str], hostname: str) -> None:
+        url = get_settings().celery_broker_url
+        if not url.startswith(("redis://", "rediss://")) or not queues:
+            return
+        self._queues, self._member = queues, hostname
+        self._stop.clear()
+        self._beat(url)
+        self._thread = threading.Thread(target=self._run, args=(url,), name="moonmind-presence", daemon=True)
+        self._thread.start()
+
+    def _beat(self, url: str, remove: bool = False) -> None:
+        try:
+            conn = queue_client.Redis(url, 2.0)
+            try:
+                for q in self._queues:
+                    key = queue_client.CONSUMERS_KEY.format(queue=q)
+                    if remove:
+                        conn.command("ZREM", key, self._member)
+                    else:
+                        conn.command("ZADD", key, f"{time.time():.3f}", self._member)
+                        conn.command("EXPIRE", key, int(queue_client.PRESENCE_TTL_S * 3))
+            finally:
+                conn.close()
+        except Exception as exc:  # noqa: BLE001 - a missed heartbeat only delays the CLI's check
+            log.warning("presence heartbeat failed: %s", type(exc).__name__)
+
+    def _run(self, url: str) -> None:
+        while not self._stop.wait(queue_client.HEARTBEAT_S):
+            self._beat(url)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._thread = None
+        self._beat(get_settings().celery_broker_url, remove=True)
+
+
+_presence = _Presence()

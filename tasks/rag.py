@@ -1,0 +1,113 @@
+"""The RAG tasks: thin adapters over the same functions the CLI calls.
+
+Arguments and results are the pydantic contracts as JSON, validated on the way in (here)
+and on the way out (by the caller). A task that fails raises `RagTaskError(code, message,
+action)` — JSON-safe, so any client gets the same error envelope the CLI prints.
+
+Delivery semantics:
+* search — acknowledged on receipt, no task-level retry: a retried search would arrive
+  after its caller's latency budget; the store client already retries transient errors;
+* writes (index, overlay upsert/clean, sweep) — ``acks_late`` + ``reject_on_worker_lost``:
+  a worker killed mid-write leaves the message to be redelivered, and point ids are
+  deterministic, so finishing it twice writes the same points once;
+  transient failures (store unreachable or busy) retry with exponential backoff;
+* soft/hard time limits per task (enforced by the prefork pool; documented in the README).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import ValidationError
+
+from moonmind_worker import queue_client
+from moonmind_worker.errors import MoonmindError
+
+from .celeryapp import app
+
+#: Error codes worth a task-level retry (the service may be back in a moment).
+TRANSIENT_CODES = frozenset({"qdrant_unreachable", "store_busy", "embedding_provider_error"})
+
+WRITE_OPTIONS: dict[str, Any] = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "max_retries": 4,
+    "default_retry_delay": 2,
+}
+
+
+class RagTaskError(Exception):
+    """A task failure with the MoonmindError triple as its args (so JSON results carry it intact)."""
+
+    def __init__(self, code: str, message: str, action: str) -> None:
+        super().__init__(code, message, action)
+        self.code, self.message, self.action = code, message, action
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+def _fail(err: MoonmindError) -> RagTaskError:
+    return RagTaskError(err.code, err.message, err.action)
+
+
+def _validate(model, data: Any, what: str):
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RagTaskError("invalid_argument", f"Invalid {what}: {exc.errors()[0]['msg']}.", "Fix the task arguments.") from None
+
+
+def _resources():
+    from moonmind_worker import runtime
+    from moonmind_worker.settings import get_settings
+
+    settings = get_settings()
+    return settings, runtime.get_embedder(settings), runtime.get_store(settings)
+
+
+def _retry_or_fail(task, err: MoonmindError):
+    """Retry transient failures with exponential backoff (2, 4, 8, 16 s); fail the rest at once."""
+    if err.code in TRANSIENT_CODES and task.request.retries < task.max_retries:
+        raise task.retry(countdown=2 ** (task.request.retries + 1), exc=_fail(err))
+    raise _fail(err)
+
+
+@app.task(name=queue_client.SEARCH, bind=True, soft_time_limit=30, time_limit=40)
+def search(self, query: dict) -> dict:
+    """RetrievalQuery JSON → ContextPack JSON, through `pipeline.retrieve_context_pack`."""
+    from moonmind_worker.contracts import parse_query
+    from moonmind_worker.pipeline import retrieve_context_pack
+
+    try:
+        q = parse_query(query)
+        settings, embedder, store = _resources()
+        pack = retrieve_context_pack(q, settings=settings, embedder=embedder, store=store)
+    except MoonmindError as err:
+        raise _fail(err) from None
+    except SoftTimeLimitExceeded:
+        raise RagTaskError("task_timeout", "The search hit the worker's time limit (30 s).", "Narrow the query or check the store.") from None
+    return pack.model_dump(mode="json")
+
+
+@app.task(name=queue_client.INDEX, bind=True, soft_time_limit=3600, time_limit=3660, **WRITE_OPTIONS)
+def index(self, request: dict) -> dict:
+    """IndexRequest JSON → IndexReport JSON, through `indexer.index_repository` (incremental, idempotent)."""
+    from pathlib import Path
+
+    from moonmind_worker.contracts import IndexRequest
+    from moonmind_worker.indexer import index_repository
+
+    req = _validate(IndexRequest, request, "index request")
+    root = Path(req.path)
+    if not root.is_dir():
+        raise RagTaskError("invalid_argument", f"{req.path} is not a directory on the worker.", "Pass a path the worker can read (a shared workspace).")
+    try:
+        settings, embedder, store = _resources()
+        summary = index_repository(root, repo=req.repo, tenant=req.tenant, settings=settings, embedder=embedder, store=store)
+    except MoonmindError as err:
+        _retry_or_fail(self, err)
+    except SoftTimeLimitExceeded:
+        raise RagTaskError("task_timeout", "Indexing hit the worker's time limit (1 h); progress is kept.", "Re-run: unchanged files are skipped.") from None
+    return summary.report().model_dump(mode="json")

@@ -1,0 +1,100 @@
+"""Helpers for tests that run real Celery workers on this helper's Redis DBs (4 = broker, 5 = results)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+BROKER = "redis://127.0.0.1:6379/4"
+BACKEND = "redis://127.0.0.1:6379/5"
+ROOT = Path(__file__).resolve().parent.parent
+CELERY = shutil.which("celery") or str(Path(sys.executable).parent / "celery")
+
+
+def unique_queues() -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:10]
+    return f"test-search-{tag}", f"test-index-{tag}"
+
+
+def queue_env(base: dict[str, str], search_q: str, index_q: str) -> dict[str, str]:
+    e = dict(base)
+    e.update(
+        CELERY_BROKER_URL=BROKER,
+        CELERY_RESULT_BACKEND=BACKEND,
+        MOONMIND_SEARCH_QUEUE=search_q,
+        MOONMIND_INDEX_QUEUE=index_q,
+    )
+    return e
+
+
+def configure_app(search_q: str, index_q: str):
+    """Point the importable `tasks.app` at the test DBs and queues (it may have been imported already)."""
+    from moonmind_worker.settings import get_settings
+
+    get_settings.cache_clear()
+    import tasks
+    from tasks.celeryapp import make_app
+
+    fresh = make_app(get_settings())
+    tasks.app.conf.update(
+        broker_url=BROKER,
+        result_backend=BACKEND,
+        task_routes=fresh.conf.task_routes,
+        task_default_queue=index_q,
+        beat_schedule=fresh.conf.beat_schedule,
+        broker_transport_options=fresh.conf.broker_transport_options,
+    )
+    return tasks.app
+
+
+def redis(db: int = 4):
+    import redis as redis_py
+
+    return redis_py.Redis(host="127.0.0.1", port=6379, db=db)
+
+
+def wait_for_consumer(queue: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    """Until a worker's heartbeat for `queue` is in Redis (what the CLI checks before sending)."""
+    r = redis()
+    deadline = time.monotonic() + timeout
+    key = f"moonmind:consumers:{queue}"
+    while time.monotonic() < deadline:
+        if r.zcount(key, time.time() - 20, "+inf") > 0:
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"worker exited with {proc.returncode}")
+        time.sleep(0.1)
+    raise AssertionError(f"no worker consumed {queue} within {timeout}s")
+
+
+def start_worker_process(env: dict[str, str], queues: list[str], log: Path, *extra: str) -> subprocess.Popen:
+    """A real `celery -A tasks worker` in its own process group (so a test can kill -9 all of it)."""
+    cmd = [CELERY, "-A", "tasks", "worker", "-Q", ",".join(queues), "--pool", "solo", "-l", "INFO",
+           "--without-gossip", "--without-mingle", "-n", f"test-{uuid.uuid4().hex[:8]}@%h", *extra]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+def purge(*queues: str) -> None:
+    r = redis()
+    for q in queues:
+        r.delete(q, f"moonmind:consumers:{q}")

@@ -1,0 +1,136 @@
+"""`moonmind rag search|index --execution queue` against a real `celery worker` process on real Redis.
+
+Store choice: the embedded store (Qdrant Edge) has one owning process. The sync reference
+output is produced first by the CLI (which owns the store only while it runs), then the
+same on-disk store is handed to the worker, which owns it from then on. Both modes thus
+read the very same data, and no two processes ever hold the store at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from celery_helpers import purge, queue_env, redis, start_worker_process, stop, unique_queues, wait_for_consumer
+from conftest import _SCRUB, FIXTURE_FILES, MOONMIND, write_tree
+
+QUERY = ["rag", "search", "--query", "where are bearer tokens checked", "--filters", "repo=demo", "--top-k", "3"]
+
+
+def run(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([MOONMIND, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """An indexed home, the sync outputs, then a warm worker that owns the store."""
+    base = tmp_path_factory.mktemp("queue")
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env["MOONMIND_HOME"] = str(base / "home")
+    sq, iq = unique_queues()
+    env = queue_env(env, sq, iq)
+    repo = write_tree(base / "repo", FIXTURE_FILES)
+    assert run(env, "rag", "index", str(repo), "--repo", "demo", "--tenant", "acme").returncode == 0
+    sync_text = run(env, *QUERY)
+    sync_json = run(env, *QUERY, "--json")
+    assert sync_text.returncode == 0 and sync_json.returncode == 0, sync_text.stderr
+    proc = start_worker_process(env, [sq, iq], base / "worker.log")
+    try:
+        wait_for_consumer(sq, proc=proc)
+        yield {"env": env, "base": base, "sq": sq, "iq": iq, "sync_text": sync_text, "sync_json": sync_json, "proc": proc}
+    finally:
+        stop(proc)
+        purge(sq, iq)
+
+
+def test_queue_search_prints_exactly_what_sync_prints(stack):
+    r = run(stack["env"], *QUERY, "--execution", "queue")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == stack["sync_text"].stdout
+    assert r.stderr == stack["sync_text"].stderr
+
+
+def test_queue_search_json_is_the_same_context_pack(stack):
+    r = run(stack["env"], *QUERY, "--json", "--execution", "queue")
+    assert r.returncode == 0, r.stderr
+    queued, sync = json.loads(r.stdout), json.loads(stack["sync_json"].stdout)
+    for volatile in ("telemetry_id", "retrieved_at", "usage"):
+        queued.pop(volatile), sync.pop(volatile)
+    assert queued == sync
+
+
+def test_execution_mode_comes_from_the_environment(stack):
+    r = run({**stack["env"], "MOONMIND_RAG_EXECUTION": "queue"}, *QUERY)
+    assert r.returncode == 0 and r.stdout == stack["sync_text"].stdout
+
+
+def test_queue_mode_imports_no_model_numpy_qdrant_or_celery(stack):
+    r = run({**stack["env"], "PYTHONPROFILEIMPORTTIME": "1"}, *QUERY, "--execution", "queue")
+    assert r.returncode == 0
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert imported, "import profile missing"
+    for heavy in ("numpy", "qdrant_client", "qdrant_edge", "tokenizers", "celery", "kombu", "redis", "openai", "safetensors"):
+        assert heavy not in imported, heavy
+
+
+def test_queue_index_and_no_wait_return_a_task_id(stack):
+    tree = write_tree(stack["base"] / f"tree-{uuid.uuid4().hex[:6]}", {"notes/cache.md": "# Cache\n\nEvictions use LRU order.\n"})
+    r = run(stack["env"], "rag", "index", str(tree), "--repo", "notes", "--tenant", "acme", "--execution", "queue", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["files_indexed"] == 1 and report["chunks_written"] >= 1 and "line" not in report
+    r = run(stack["env"], "rag", "index", str(tree), "--repo", "notes", "--execution", "queue", "--no-wait")
+    assert r.returncode == 0
+    assert str(uuid.UUID(r.stdout.strip())) == r.stdout.strip()
+
+
+def test_no_worker_on_the_queue_is_named_and_nothing_is_sent(stack):
+    nobody = f"test-nobody-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    r = run({**stack["env"], "MOONMIND_SEARCH_QUEUE": nobody}, *QUERY, "--execution", "queue", "--json")
+    assert r.returncode == 4 and r.stdout == ""
+    assert json.loads(r.stderr.strip().splitlines()[-1])["error"]["code"] == "worker_unavailable"
+    assert time.monotonic() - started < 10
+    assert redis().llen(nobody) == 0
+
+
+def test_no_result_within_the_timeout_is_a_timeout_error(stack):
+    stale = f"test-stale-{uuid.uuid4().hex[:8]}"
+    r = redis()
+    r.zadd(f"moonmind:consumers:{stale}", {"gone@host": time.time()})  # a worker that died after its heartbeat
+    try:
+        started = time.monotonic()
+        res = run({**stack["env"], "MOONMIND_SEARCH_QUEUE": stale}, *QUERY, "--execution", "queue", "--timeout", "1")
+        elapsed = time.monotonic() - started
+        assert res.returncode == 5 and res.stdout == ""
+        assert "error[task_timeout]" in res.stderr and "within 1s" in res.stderr
+        assert elapsed < 6
+        message = json.loads(r.lindex(stale, 0))
+        assert message["headers"]["expires"], "a timed-out search must expire instead of running late"
+    finally:
+        purge(stale)
+
+
+def test_broker_down_is_named_within_the_timeout(stack):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    r = run({**stack["env"], "CELERY_BROKER_URL": f"redis://127.0.0.1:{port}/4"}, *QUERY, "--execution", "queue", "--timeout", "2")
+    assert r.returncode == 4 and r.stdout == ""
+    assert "error[broker_unreachable]" in r.stderr and f"127.0.0.1:{port}" in r.stderr
+    assert time.monotonic() - started < 8
+
+
+def test_an_invalid_query_is_refused_before_anything_is_sent(stack):
+    before = redis().llen(stack["sq"])
+    r = run(stack["env"], "rag", "search", "--query", "tokens", "--filters", "colour=red", "--execution", "queue")
+    assert r.returncode == 2 and r.stdout == "" and "error[invalid_query]" in r.stderr
+    assert redis().llen(stack["sq"]) == before

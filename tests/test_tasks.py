@@ -1,0 +1,124 @@
+"""The Celery tasks, run by a real in-process worker (`celery.contrib.testing.worker`) on real Redis."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from celery_helpers import BROKER, CELERY, ROOT, configure_app, purge, queue_env, unique_queues
+from conftest import FIXTURE_FILES, write_tree
+
+
+@pytest.fixture
+def queues(env, monkeypatch):
+    sq, iq = unique_queues()
+    for k, v in queue_env({}, sq, iq).items():
+        monkeypatch.setenv(k, v)
+    yield sq, iq
+    purge(sq, iq)
+
+
+@pytest.fixture
+def app(queues):
+    return configure_app(*queues)
+
+
+def _comparable(pack: dict) -> dict:
+    out = dict(pack)
+    for volatile in ("telemetry_id", "retrieved_at", "usage"):
+        out.pop(volatile)
+    return out
+
+
+def test_search_task_returns_the_same_pack_as_the_pipeline(indexed, app, queues):
+    from moonmind_worker import runtime
+    from moonmind_worker.contracts import ContextPack, parse_query
+    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.settings import get_settings
+
+    query = {"query": "where are bearer tokens checked", "filters": {"repo": "demo"}, "top_k": 3}
+    settings = get_settings()
+    direct = retrieve_context_pack(
+        parse_query(query), settings=settings, embedder=runtime.get_embedder(settings), store=runtime.get_store(settings)
+    )
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=[queues[0]], shutdown_timeout=10):
+        result = app.send_task("moonmind.rag.search", kwargs={"query": query}).get(timeout=30)
+    pack = ContextPack.model_validate(result)
+    assert pack.items and pack.items[0].source == "auth/tokens.py"
+    assert _comparable(pack.model_dump(mode="json")) == _comparable(direct.model_dump(mode="json"))
+
+
+def test_search_is_routed_to_the_search_queue_and_index_to_the_bulk_queue(app, queues):
+    router = app.amqp.router
+    assert router.route({}, "moonmind.rag.search")["queue"].name == queues[0]
+    for name in ("moonmind.rag.index", "moonmind.rag.overlay_upsert", "moonmind.rag.overlay_clean",
+                 "moonmind.rag.sweep_expired_overlays"):
+        assert router.route({}, name)["queue"].name == queues[1], name
+
+
+def test_index_task_indexes_a_tree_and_a_rerun_writes_nothing(env, app, queues, tmp_path):
+    from moonmind_worker.contracts import IndexReport
+
+    tree = write_tree(tmp_path / "tree", FIXTURE_FILES)
+    request = {"path": str(tree), "repo": "demo", "tenant": "acme"}
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=[queues[1]], shutdown_timeout=10):
+        first = IndexReport.model_validate(app.send_task("moonmind.rag.index", kwargs={"request": request}).get(timeout=60))
+        second = IndexReport.model_validate(app.send_task("moonmind.rag.index", kwargs={"request": request}).get(timeout=60))
+    assert first.files_indexed == len(FIXTURE_FILES) and first.chunks_written > 0
+    assert second.files_unchanged == len(FIXTURE_FILES) and second.chunks_written == 0
+    assert second.line.startswith("indexed repo=demo tenant=acme")
+
+
+def test_a_failing_task_carries_the_error_code_message_and_action(indexed, app, queues):
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=[queues[0]], shutdown_timeout=10):
+        res = app.send_task("moonmind.rag.search", kwargs={"query": {"query": "x", "filters": {"colour": "red"}}})
+        res.get(timeout=30, propagate=False)
+    assert res.state == "FAILURE"
+    code, message, action = res.result.args
+    assert code == "invalid_query" and "colour" in message and "--filters" in action
+
+
+def test_write_tasks_survive_a_lost_worker_and_searches_do_not_retry(app):
+    for name in ("moonmind.rag.index",):
+        t = app.tasks[name]
+        assert t.acks_late and t.reject_on_worker_lost and t.max_retries > 0, name
+        assert t.soft_time_limit < t.time_limit
+    s = app.tasks["moonmind.rag.search"]
+    assert not s.acks_late and s.soft_time_limit < s.time_limit
+
+
+def test_beat_schedule_runs_the_sweep_on_the_configured_interval(env, monkeypatch):
+    from moonmind_worker.settings import get_settings
+    from tasks.celeryapp import SWEEP_SCHEDULE_NAME, make_app
+
+    monkeypatch.setenv("MOONMIND_OVERLAY_SWEEP_INTERVAL_S", "42")
+    get_settings.cache_clear()
+    entry = make_app(get_settings()).conf.beat_schedule[SWEEP_SCHEDULE_NAME]
+    assert entry["task"] == "moonmind.rag.sweep_expired_overlays"
+    assert entry["schedule"] == 42.0
+
+
+def test_prefork_with_many_processes_on_the_embedded_store_is_refused_at_start(env):
+    e = queue_env(env, *unique_queues())
+    started = time.monotonic()
+    p = subprocess.run([CELERY, "-A", "tasks", "worker", "--pool", "prefork", "-c", "2", "-Q", e["MOONMIND_SEARCH_QUEUE"]],
+                       env=e, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3
+    assert "one owning process" in p.stderr and "--pool solo" in p.stderr and "QDRANT_URL" in p.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_many_processes_are_allowed_on_a_qdrant_server(env, monkeypatch):
+    from moonmind_worker.settings import get_settings
+    from tasks.celeryapp import embedded_store_refusal
+
+    assert embedded_store_refusal("prefork", 4, get_settings()) is not None
+    assert embedded_store_refusal("solo", 1, get_settings()) is None
+    assert embedded_store_refusal("threads", 4, get_settings()) is None
+    monkeypatch.setenv("QDRANT_URL", "http://qdrant:6333")
+    get_settings.cache_clear()
+    assert embedded_store_refusal("prefork", 4, get_settings()) is None
+    assert BROKER.endswith("/4")
