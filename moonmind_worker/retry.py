@@ -43,9 +43,7 @@ def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple
                 f"{what}: the provider reports the quota is exhausted (HTTP 429).",
                 "Wait for the quota to reset, raise it with the provider, or switch provider/model.",
             )
-        return True, MoonmindError(
-            "embedding_provider_error", f"{what}: rate limited (HTTP 429).", "Retry later or lower the request rate."
-        )
+        return True, MoonmindError(failed, f"{what}: rate limited (HTTP 429).", "Retry later or lower the request rate.")
     if status in (401,) or name == "AuthenticationError":
         return False, MoonmindError(
             "unauthenticated", f"{what}: the credential was rejected (HTTP 401).", key_remedy
@@ -59,6 +57,11 @@ def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple
             failed, f"{what}: server error (HTTP {status}).", "Retry later; check the provider's status."
         )
     if isinstance(status, int) and 400 <= status < 500:
+        if service == "qdrant":
+            return False, MoonmindError(
+                "retrieval_failed", f"{what}: request rejected (HTTP {status}).",
+                "Check the collection name and that it was created by moonmind (`moonmind worker doctor`).",
+            )
         return False, MoonmindError(
             "embedding_provider_error",
             f"{what}: request rejected (HTTP {status}).",
@@ -104,6 +107,9 @@ def call_with_retries(
         _, err = classify(exc, what, service)
         if count > 1:
             err.message = f"{err.message} Gave up after {count} attempts."
+        if deadline is not None and count < attempts and classify(exc, what, service)[0]:
+            err.message = f"{err.message} Retries stopped at the caller's latency budget."
         err.details["attempts"] = count
+        err.args = (err.message,)
         raise err from None
     raise AssertionError("unreachable")

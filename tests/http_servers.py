@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,7 +23,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class EmbeddingsServer:
-    def __init__(self, repeat: int = 2) -> None:
+    def __init__(self, repeat: int = 2, port: int = 0) -> None:
         from moonmind_worker.embedding import StaticEmbedder
 
         self.repeat = repeat
@@ -35,6 +36,7 @@ class EmbeddingsServer:
         self.always_status: int | None = None  # every call answers this status
         self.quota = False  # answer 429 insufficient_quota
         self.delay_s = 0.0
+        self.reset_first = 0  # the first N calls get their TCP connection reset, no answer
         self.auth_header: str | None = None
         outer = self
 
@@ -44,6 +46,16 @@ class EmbeddingsServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                with outer.lock:
+                    reset = outer.reset_first > 0
+                    if reset:
+                        outer.reset_first -= 1
+                        outer.calls += 1
+                if reset:  # RST instead of an answer: a connection reset by peer
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    self.close_connection = True
+                    return
                 outer.auth_header = self.headers.get("Authorization")
                 status, payload = outer._answer(body)
                 data = json.dumps(payload).encode()
@@ -53,7 +65,7 @@ class EmbeddingsServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._httpd = _Server(("127.0.0.1", 0), Handler)
+        self._httpd = _Server(("127.0.0.1", port), Handler)
         self.port = self._httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
