@@ -21,6 +21,7 @@ from .errors import EXIT_INTERNAL, EXIT_USAGE, MoonmindError
 COMMAND_MODULES = [
     "moonmind_worker.commands.rag",
     "moonmind_worker.commands.worker",
+    "moonmind_worker.commands.overlay",
 ]
 
 GROUPS = {

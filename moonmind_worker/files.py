@@ -122,3 +122,31 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
 def relative_path(root: Path, path: Path) -> str:
     """Repo-relative POSIX path of `path`, which must be inside `root` after resolving links."""
     return PurePosixPath(path.resolve().relative_to(root.resolve())).as_posix()
+
+
+def excluded_reason(root: Path, rel: str) -> str | None:
+    """Why `walk(root)` would leave out the file `rel` (None when it would index it).
+
+    The same rules as the walk, for one path: so a file a worker names
+    explicitly (a workspace overlay) is held to what the canonical index holds.
+    """
+    parts = PurePosixPath(rel).parts
+    for d in parts[:-1]:
+        if d in SKIP_DIRS or d.endswith(".egg-info"):
+            return f"inside a skipped directory ({d}/)"
+    name = parts[-1]
+    if name in LOCK_FILES or name.endswith(SKIP_SUFFIXES):
+        return "lock/vendored/binary type"
+    specs: list[tuple[str, object]] = []
+    for i in range(len(parts)):
+        base = "/".join(parts[:i])
+        spec = _gitignore(root / base if base else root, base)
+        if spec is not None:
+            specs.append((base, spec))
+        child = "/".join(parts[: i + 1])
+        is_dir = i < len(parts) - 1
+        for b, sp in specs:
+            sub = child[len(b) + 1 :] if b else child
+            if sp.match_file(sub + ("/" if is_dir else "")):
+                return "ignored by .gitignore"
+    return None

@@ -2,6 +2,8 @@
 
 validate → embed query → one batched store request (dense + BM25 branches)
 → fuse → dedupe by (path, chunk_hash) → threshold → top_k → ContextPack.
+With a run id, the run's workspace overlay rides in the same batch and is
+merged ahead of canonical hits (rules in `overlay`).
 
 Scores: each candidate's `score` is in [0, 1]:
     score = DENSE_WEIGHT * max(cosine, 0) + LEXICAL_WEIGHT * bm25 / best_bm25
@@ -19,7 +21,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from . import lexical
+from . import lexical, overlay
 from .context_pack import format_context_text, item_from_payload
 from .contracts import CANONICAL, ContextItem, ContextPack, RetrievalQuery, Usage
 from .embedding import Embedder, normalize_whitespace
@@ -128,11 +130,15 @@ def retrieve_context_pack(
     specs = [SearchSpec(where=where, limit=pool, dense=qvec)]
     if ids:
         specs.append(SearchSpec(where=where, limit=pool, sparse=SparseVec(ids, values), with_dense_vector=True))
+    plan = overlay.plan_search(query, specs)  # the run's live overlay joins the same batched request
+    specs = specs + plan.specs
     results = store.search(specs)
+    results = plan.combine(results)
     _check_deadline(deadline, started, "searching Qdrant")
     ranked = rank(_fuse(qvec, results[0], results[1] if ids else []))
+    ranked = plan.order(ranked)  # overlay items first; shadowed canonical paths already dropped
 
-    best_score = ranked[0].score if ranked else None
+    best_score = max((c.score for c in ranked), default=None)
     kept = [c for c in ranked if c.score >= threshold][:top_k]
     items = [item_from_payload(c.payload, c.score) for c in kept]
     truncated = False

@@ -96,6 +96,7 @@ class SearchSpec:
     dense: np.ndarray | None = None
     sparse: SparseVec | None = None
     with_dense_vector: bool = False
+    fields: tuple[str, ...] | None = None  # payload keys to return; None = the whole payload
 
 
 @dataclass
@@ -308,7 +309,7 @@ class EdgeStore:
                     limit=s.limit,
                     query=q,
                     filter=_edge_filter(s.where),
-                    with_payload=True,
+                    with_payload=list(s.fields) if s.fields is not None else True,
                     with_vector=[DENSE] if s.with_dense_vector else False,
                 )
             )
@@ -521,7 +522,7 @@ class QdrantClientStore:
                     using=using,
                     filter=_client_filter(s.where),
                     limit=s.limit,
-                    with_payload=True,
+                    with_payload=list(s.fields) if s.fields is not None else True,
                     with_vector=[DENSE] if s.with_dense_vector else False,
                 )
             )

@@ -1,0 +1,121 @@
+"""`moonmind rag overlay upsert|clean|list`: the run's workspace overlay (rules in `moonmind_worker.overlay`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..errors import MoonmindError
+
+
+def register(groups: dict) -> None:
+    rag = groups["rag"]
+    p = rag.add_parser("overlay", help="this run's workspace overlay: upsert edited files, clean, list")
+    p.set_defaults(_group_parser=p)
+    sub = p.add_subparsers(dest="overlay_command", metavar="COMMAND", parser_class=type(p))
+
+    u = sub.add_parser("upsert", help="chunk, embed and upsert edited files for this run (a missing file is a tombstone)")
+    u.add_argument("paths", nargs="+", metavar="PATH", help="edited (or deleted) files inside the workspace")
+    u.add_argument("--run-id", default=None, help="run id (default: MOONMIND_RUN_ID)")
+    u.add_argument("--ttl", default="24h", metavar="DURATION", help="lifetime, e.g. 900s, 30m, 2h, 1d (default 24h)")
+    u.add_argument("--repo", default=None, help="repository name (default: MOONMIND_REPO)")
+    u.add_argument("--tenant", default=None, help="tenant (default: MOONMIND_TENANT)")
+    u.add_argument("--root", default=None, help="workspace root (default: the enclosing git work tree, else the current directory)")
+    u.add_argument("--json", action="store_true", help="print the summary as JSON")
+    u.set_defaults(_handler=cmd_upsert)
+
+    c = sub.add_parser("clean", help="remove a run's overlay, or every expired overlay point")
+    which = c.add_mutually_exclusive_group()
+    which.add_argument("--run-id", default=None, help="run whose overlay to remove (default: MOONMIND_RUN_ID)")
+    which.add_argument("--expired", action="store_true", help="the TTL sweep: remove every expired overlay point")
+    c.add_argument("--json", action="store_true", help="print the result as JSON")
+    c.set_defaults(_handler=cmd_clean)
+
+    ls = sub.add_parser("list", help="what is overlaid, with expiry")
+    ls.add_argument("--run-id", default=None, help="only this run (default: MOONMIND_RUN_ID, else every run)")
+    ls.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ls.set_defaults(_handler=cmd_list)
+
+
+def default_root(start: Path | None = None) -> Path:
+    """The enclosing git work tree (paths are stored relative to it, like the index), else the current directory."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d
+    return here
+
+
+def cmd_upsert(args: argparse.Namespace) -> int:
+    from ..cli import note
+    from ..overlay import parse_duration, upsert_overlay
+    from ..runtime import get_embedder, get_store
+    from ..settings import get_settings
+
+    settings = get_settings()
+    ttl_s = parse_duration(args.ttl)
+    root = Path(args.root) if args.root else default_root()
+    if not root.is_dir():
+        raise MoonmindError("invalid_argument", f"Workspace root {args.root} is not a directory.", "Pass --root DIR.")
+    # shell paths are relative to the current directory, as for any command
+    paths = [p if os.path.isabs(p) else os.path.abspath(p) for p in args.paths]
+    summary = upsert_overlay(
+        paths,
+        root=root,
+        run_id=args.run_id or settings.run_id,
+        ttl_s=ttl_s,
+        repo=args.repo or settings.repo,
+        tenant=args.tenant or settings.tenant,
+        settings=settings,
+        embedder=get_embedder(settings),
+        store=get_store(settings),
+    )
+    for s in summary.skipped:
+        note(f"skipped {s.path}: {s.reason}")
+    for rel in summary.tombstones:
+        note(f"tombstoned {rel}: missing or empty, its canonical chunks are hidden for run {summary.run_id}")
+    if args.json:
+        sys.stdout.write(json.dumps(summary.as_dict(), indent=2) + "\n")
+    else:
+        sys.stdout.write(summary.line() + "\n")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from ..overlay import clean_overlay
+    from ..runtime import get_store
+    from ..settings import get_settings
+
+    settings = get_settings()
+    run_id = None if args.expired else (args.run_id or settings.run_id)
+    removed = clean_overlay(run_id=run_id, expired=args.expired, settings=settings, store=get_store(settings))
+    what = "expired overlay points" if args.expired else f"overlay points of run {run_id}"
+    if args.json:
+        sys.stdout.write(json.dumps({"removed": removed, "run_id": run_id, "expired": args.expired}) + "\n")
+    else:
+        sys.stdout.write(f"removed {removed} {what}\n")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from ..cli import note
+    from ..overlay import list_overlay
+    from ..runtime import get_store
+    from ..settings import get_settings
+
+    settings = get_settings()
+    rows = list_overlay(run_id=args.run_id or settings.run_id, settings=settings, store=get_store(settings))
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    if not rows:
+        note("no workspace overlay entries")
+        return 0
+    for r in rows:
+        state = "expired" if r["expired"] else f"expires {r['expires_at']}"
+        kind = "tombstone" if r["tombstone"] else f"{r['chunks']} chunks"
+        sys.stdout.write(f"{r['run_id']}\t{r['tenant']}/{r['repo']}\t{r['path']}\t{kind}\t{state}\n")
+    return 0
