@@ -160,6 +160,11 @@ def _split_block(lines: list[str], block: _Block, max_chars: int, overlap: int) 
     return out
 
 
+def _bare_heading(lines: list[str]) -> bool:
+    """True when a markdown block is only headings and blank lines (no body of its own)."""
+    return all(not line.strip() or _HEADING.match(line) for line in lines)
+
+
 def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int = 2) -> list[Chunk]:
     """Chunk one file's text; deterministic for the same input and settings."""
     if not text.strip():
@@ -188,8 +193,14 @@ def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int =
                 pending = None
             ranges.extend((s, e, block.title) for s, e in _split_block(lines, block, max_chars, overlap_lines))
             continue
-        # pack small neighbouring blocks together up to the cap
-        if pending and offsets[block.end] - offsets[pending[0]] <= max_chars:
+        # pack small neighbouring blocks together up to the cap; markdown sections stay
+        # apart (one section, one heading path) unless the pending one is a bare heading
+        fits = pending is not None and offsets[block.end] - offsets[pending[0]] <= max_chars
+        if fits and language == "markdown":
+            fits = _bare_heading(lines[pending[0] : pending[1]])
+            if fits:
+                pending = (pending[0], pending[1], block.title)
+        if pending and fits:
             title = pending[2] or block.title
             pending = (pending[0], block.end, title)
         else:

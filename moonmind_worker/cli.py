@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "moonmind_worker.commands.rag",
     "moonmind_worker.commands.worker",
     "moonmind_worker.commands.overlay",
+    "moonmind_worker.commands.quality",
 ]
 
 GROUPS = {

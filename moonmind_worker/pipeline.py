@@ -43,6 +43,9 @@ THRESHOLDS: dict[str, float] = {
 }
 FALLBACK_THRESHOLD = 0.3
 
+#: Above this many characters a query is still processed, with a note (spec 05 US3-2).
+LONG_QUERY_CHARS = 1000
+
 
 def default_threshold(settings: Settings, model: str) -> float:
     if settings.score_threshold is not None:
@@ -72,6 +75,11 @@ def prepare_query_text(text: str, max_chars: int) -> tuple[str, list[str]]:
     """Whitespace-normalised query, truncated to the model limit with a note when cut."""
     notes = []
     clean = normalize_whitespace(text)
+    if LONG_QUERY_CHARS < len(clean) <= max_chars:
+        notes.append(
+            f"long query ({len(clean)} characters): processed whole, but a focused query under "
+            f"{LONG_QUERY_CHARS} characters usually retrieves better"
+        )
     if len(clean) > max_chars:
         notes.append(f"query truncated from {len(clean)} to {max_chars} characters (the embedding limit)")
         clean = clean[:max_chars]
