@@ -119,6 +119,13 @@ def _key(pack):
     return [(i.source, i.chunk_hash, i.offset_start, i.score, i.trust_class) for i in pack.items]
 
 
+def _order(pack):
+    """The items and their order without scores: overlay points stay in the collection, and
+    Qdrant's BM25 IDF counts every point, so canonical scores may shift slightly while the
+    overlay exists; what must not change is which canonical chunks come back, in what order."""
+    return [(i.source, i.chunk_hash, i.offset_start, i.trust_class) for i in pack.items]
+
+
 # ------------------------------------------------------------- merge rules ---
 
 
@@ -194,7 +201,7 @@ def test_expired_overlay_returns_canonical_only_in_canonical_order(world):
     assert world.search("where are bearer tokens checked", run_id="run-a").items[0].trust_class == "overlay"
     time.sleep(1.2)
     expired = world.search("where are bearer tokens checked", run_id="run-a")
-    assert _key(expired) == _key(baseline)
+    assert _order(expired) == _order(baseline)
     # expired points are filtered in the query: they never take a top_k slot
     assert len(world.search("where are bearer tokens checked", run_id="run-a", top_k=1).items) == 1
 
@@ -205,7 +212,7 @@ def test_overlay_skip_returns_canonical_only_in_canonical_order(world):
     world.upsert(["db/pool.py"])
     assert world.search("database connection pool", run_id="run-a").items[0].trust_class == "overlay"
     skipped = world.search("database connection pool", run_id="run-a", overlay="skip")
-    assert _key(skipped) == _key(baseline)
+    assert _order(skipped) == _order(baseline)
 
 
 def test_identical_input_gives_identical_merged_order(world):
