@@ -110,6 +110,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         print_error(err, as_json)
         return EXIT_INTERNAL
+    finally:
+        _release_resources()
+
+
+def _release_resources() -> None:
+    """Close stores before the interpreter tears down (releases the embedded store's lock cleanly,
+    and keeps qdrant-client's own shutdown hook from printing a traceback)."""
+    runtime = sys.modules.get("moonmind_worker.runtime")
+    if runtime is not None:
+        runtime.close_all()
 
 
 if __name__ == "__main__":

@@ -407,9 +407,10 @@ class QdrantClientStore:
         self.collection = collection
         url = settings.qdrant_url or ":memory:"
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        self.local = not url.startswith(("http://", "https://"))
         if url == ":memory:":
             self._client = QdrantClient(location=":memory:")
-        elif url.startswith(("http://", "https://")):
+        elif not self.local:
             import warnings
 
             with warnings.catch_warnings():  # "api key over http" is the operator's choice; keep stderr clean
@@ -418,7 +419,17 @@ class QdrantClientStore:
                     url=url, api_key=key, timeout=int(max(settings.qdrant_timeout_s, 1)), check_compatibility=False
                 )
         else:
-            self._client = QdrantClient(path=url.removeprefix("file://"))
+            path = url.removeprefix("file://")
+            try:
+                self._client = QdrantClient(path=path)
+            except RuntimeError as exc:
+                if "already accessed" not in str(exc):
+                    raise
+                raise MoonmindError(
+                    "store_busy",
+                    f"The local Qdrant store {path} is in use by another process.",
+                    "Run searches through the worker or point QDRANT_URL at a Qdrant server.",
+                ) from None
         self.location = url
         self._has_key = key is not None
 
@@ -457,6 +468,8 @@ class QdrantClientStore:
             sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
             metadata={"dimensions": dimensions, "model": model, "schema_version": schema_version},
         )
+        if self.local:
+            return  # local mode has no payload indexes (it only warns); a server gets them all
         for name, kind in PAYLOAD_INDEXES:
             schema = {
                 "tenant": m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True),

@@ -1,0 +1,134 @@
+"""`moonmind rag index` through the installed CLI: incremental re-index, scope isolation, local mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import FIXTURE_FILES
+
+
+def _index(cli, root: Path, repo: str = "demo", tenant: str = "acme", **kw) -> dict:
+    r = cli("rag", "index", str(root), "--repo", repo, "--tenant", tenant, "--json", **kw)
+    assert r.code == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    return r.json()
+
+
+def _search(cli, query: str, *filters: str, **kw) -> dict:
+    r = cli("rag", "search", "--query", query, "--filters", *filters, "--score-threshold", "0", "--top-k", "50", "--json", **kw)
+    assert r.code == 0, r.stderr
+    return r.json()
+
+
+def test_first_index_embeds_every_file(cli, repo):
+    s = _index(cli, repo)
+    assert s["files_seen"] == len(FIXTURE_FILES)
+    assert s["files_indexed"] == len(FIXTURE_FILES) and s["files_unchanged"] == 0
+    assert s["chunks_written"] >= len(FIXTURE_FILES) and s["chunks_deleted"] == 0
+
+
+def test_unchanged_tree_re_embeds_nothing(cli, repo):
+    first = _index(cli, repo)
+    again = _index(cli, repo)
+    assert again["files_unchanged"] == first["files_seen"]
+    assert again["files_indexed"] == again["chunks_written"] == again["chunks_deleted"] == 0
+
+
+def test_modified_file_alone_is_re_embedded(cli, repo):
+    _index(cli, repo)
+    (repo / "db/pool.py").write_text("def drain_pool(pool):\n    \"\"\"Close every idle connection.\"\"\"\n    pool.clear()\n")
+    s = _index(cli, repo)
+    assert s["files_indexed"] == 1 and s["files_unchanged"] == len(FIXTURE_FILES) - 1
+    assert s["chunks_written"] == 1
+    items = _search(cli, "drain pool", "repo=demo", "path=db/pool.py")["items"]
+    assert [i["text"] for i in items] == [(repo / "db/pool.py").read_text()]
+
+
+def test_shrunk_file_loses_its_stale_chunks(cli, repo):
+    big = "".join(f"def handler_{n}(request):\n    return respond(request, {n})\n\n\n" for n in range(80))
+    (repo / "web/handlers.py").write_text(big)
+    first = _index(cli, repo)
+    before = len(_search(cli, "handler", "repo=demo", "path=web/handlers.py")["items"])
+    assert before > 1
+    (repo / "web/handlers.py").write_text("def handler_0(request):\n    return respond(request, 0)\n")
+    s = _index(cli, repo)
+    assert s["files_indexed"] == 1 and s["chunks_written"] == 1 and s["chunks_deleted"] == before - 1
+    items = _search(cli, "handler", "repo=demo", "path=web/handlers.py")["items"]
+    assert len(items) == 1 and first["chunks_written"] > s["chunks_written"]
+
+
+def test_deleted_file_chunks_are_gone(cli, repo):
+    first = _index(cli, repo)
+    n_guide = len(_search(cli, "caching guide", "repo=demo", "path=docs/guide.md")["items"])
+    (repo / "docs/guide.md").unlink()
+    s = _index(cli, repo)
+    assert s["files_deleted"] == 1 and s["chunks_deleted"] == n_guide and s["files_indexed"] == 0
+    assert s["files_seen"] == first["files_seen"] - 1
+    r = cli("rag", "search", "--query", "caching guide", "--filters", "repo=demo", "path=docs/guide.md", "--json")
+    assert r.code == 0 and r.json()["items"] == []
+    remaining = {i["source"] for i in _search(cli, "python", "repo=demo")["items"]}
+    assert "docs/guide.md" not in remaining and "auth/tokens.py" in remaining
+
+
+def test_gitignored_binary_and_lock_files_are_not_indexed(cli, repo):
+    (repo / ".gitignore").write_text("secret/\n*.log\n")
+    (repo / "secret").mkdir()
+    (repo / "secret/keys.py").write_text("API_KEY = 'x'\n")
+    (repo / "debug.log").write_text("token check failed\n")
+    (repo / "blob.dat").write_bytes(b"\x00\x01bearer\x00")
+    (repo / "package-lock.json").write_text("{}\n")
+    s = _index(cli, repo)
+    reasons = {x["path"]: x["reason"] for x in s["skipped"]}
+    assert reasons["blob.dat"] == "binary" and "package-lock.json" in reasons
+    sources = {i["source"] for i in _search(cli, "token key", "repo=demo")["items"]}
+    assert not sources & {"secret/keys.py", "debug.log", "blob.dat", "package-lock.json"}
+
+
+def test_filters_isolate_repos_and_tenants(cli, repo):
+    """The same tree indexed three times under different scopes: each search sees only its own scope."""
+    _index(cli, repo, repo="alpha", tenant="t1")
+    _index(cli, repo, repo="beta", tenant="t1")
+    _index(cli, repo, repo="alpha", tenant="t2")
+    for repo_name, tenant in (("alpha", "t1"), ("beta", "t1"), ("alpha", "t2")):
+        items = _search(cli, "bearer token", f"repo={repo_name}", f"tenant={tenant}")["items"]
+        assert items
+        assert {(i["payload"]["repo"], i["payload"]["tenant"]) for i in items} == {(repo_name, tenant)}
+        # no chunk appears twice: each scope holds exactly one copy of the tree
+        assert len({i["chunk_id"] for i in items}) == len(items)
+    both = _search(cli, "bearer token", "repo=alpha")["items"]
+    assert {i["payload"]["tenant"] for i in both} == {"t1", "t2"}
+
+
+def test_re_indexing_one_scope_leaves_the_other_alone(cli, repo):
+    _index(cli, repo, repo="alpha", tenant="t1")
+    _index(cli, repo, repo="beta", tenant="t1")
+    (repo / "docs/guide.md").unlink()
+    s = _index(cli, repo, repo="alpha", tenant="t1")
+    assert s["files_deleted"] == 1
+    beta = {i["source"] for i in _search(cli, "caching guide", "repo=beta")["items"]}
+    assert "docs/guide.md" in beta
+
+
+def test_qdrant_local_mode_path_runs_the_same_flow(cli, repo, tmp_path):
+    """QDRANT_URL set to a path: qdrant-client's local mode, persistent across processes."""
+    local = {"QDRANT_URL": str(tmp_path / "qdrant-local")}
+    first = _index(cli, repo, extra_env=local)
+    assert first["files_indexed"] == len(FIXTURE_FILES)
+    r = cli("rag", "search", "--query", "where are bearer tokens checked", "--filters", "repo=demo", "--json", extra_env=local)
+    assert r.code == 0, r.stderr
+    assert r.json()["items"][0]["source"] == "auth/tokens.py"
+    (repo / "docs/guide.md").unlink()
+    again = _index(cli, repo, extra_env=local)
+    assert again["files_deleted"] == 1 and again["files_unchanged"] == len(FIXTURE_FILES) - 1
+    assert "Traceback" not in r.stderr and "UserWarning" not in r.stderr
+
+
+def test_index_of_a_missing_directory_is_a_usage_error(cli, tmp_path):
+    r = cli("rag", "index", str(tmp_path / "nope"), "--repo", "demo")
+    assert r.code == 2 and r.stdout == "" and "not a directory" in r.stderr
+
+
+def test_human_summary_is_one_line(cli, repo):
+    r = cli("rag", "index", str(repo), "--repo", "demo")
+    assert r.code == 0, r.stderr
+    assert r.stdout.count("\n") == 1 and r.stdout.startswith("indexed repo=demo tenant=default:")

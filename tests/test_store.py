@@ -1,0 +1,247 @@
+"""One store test-suite, run against both engines: Qdrant Edge and qdrant-client local mode.
+
+Both stores must mean the same thing for every filter and operation, or a scope
+filter could silently widen on one path; so every test here runs on both.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from moonmind_worker.settings import Settings
+from moonmind_worker.store import (
+    EdgeStore, Match, MatchAny, PointIn, QdrantClientStore, Range, SearchSpec, SparseVec, Where,
+)
+
+DIMS = 4
+
+
+def _id(n: int) -> str:
+    return str(uuid.UUID(int=n + 1))
+
+
+def _vec(*values: float) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+#: (n, dense, sparse term ids, payload)
+ROWS = [
+    (0, _vec(1, 0, 0, 0), [1, 2], {"repo": "a", "tenant": "t1", "path": "x.py", "trust_class": "canonical", "expires_at": 10.0}),
+    (1, _vec(0.9, 0.1, 0, 0), [2, 3], {"repo": "a", "tenant": "t1", "path": "y.py", "trust_class": "canonical", "expires_at": 20.0}),
+    (2, _vec(0, 1, 0, 0), [3, 4], {"repo": "b", "tenant": "t1", "path": "x.py", "trust_class": "canonical", "expires_at": 30.0}),
+    (3, _vec(0, 0, 1, 0), [4, 5], {"repo": "a", "tenant": "t2", "path": "z.md", "trust_class": "workspace_overlay", "expires_at": 40.0}),
+    (4, _vec(0, 0, 0, 1), [5, 6], {"repo": "c", "tenant": "t2", "path": "y.py", "trust_class": "canonical", "expires_at": 50.0}),
+]
+
+
+def _points() -> list[PointIn]:
+    out = []
+    for n, dense, terms, payload in ROWS:
+        out.append(
+            PointIn(
+                id=_id(n),
+                dense=dense,
+                sparse=SparseVec(terms, [1.0] * len(terms)),
+                payload={**payload, "n": n, "text": f"chunk {n}", "chunk_hash": f"sha256:{n}", "offset_start": n},
+            )
+        )
+    return out
+
+
+@pytest.fixture(params=["edge", "local"])
+def store(request, tmp_path):
+    if request.param == "edge":
+        s = EdgeStore(tmp_path / "edge", "test_coll")
+    else:
+        s = QdrantClientStore(Settings(QDRANT_URL=":memory:"), "test_coll")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def filled(store):
+    store.create(DIMS, "test-model", 1)
+    store.upsert(_points())
+    store.flush()
+    return store
+
+
+def _ns(hits) -> list[int]:
+    return [h.payload["n"] for h in hits]
+
+
+def _dense(where: Where | None = None, limit: int = 10, q=(1, 0, 0, 0), **kw) -> SearchSpec:
+    return SearchSpec(where=where or Where(), limit=limit, dense=_vec(*q), **kw)
+
+
+def test_missing_collection_has_no_info(store):
+    assert store.info() is None
+
+
+def test_create_records_dimensions_model_and_schema(store):
+    store.create(DIMS, "test-model", 1)
+    info = store.info()
+    assert (info.name, info.dimensions, info.model, info.schema_version, info.points) == (
+        "test_coll", DIMS, "test-model", 1, 0,
+    )
+
+
+def test_metadata_is_kept_with_the_collection(filled):
+    filled.set_metadata(last_indexed_at=123.5)
+    info = filled.info()
+    assert info.extra["last_indexed_at"] == 123.5
+    assert info.model == "test-model" and info.schema_version == 1
+
+
+def test_create_again_starts_empty(filled):
+    filled.create(DIMS, "other-model", 1)
+    info = filled.info()
+    assert info.points == 0 and info.model == "other-model"
+
+
+def test_dense_search_orders_by_cosine(filled):
+    hits = filled.search([_dense()])[0]
+    assert _ns(hits)[:2] == [0, 1]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
+
+
+def test_sparse_search_scores_only_matching_terms(filled):
+    hits = filled.search([SearchSpec(where=Where(), limit=10, sparse=SparseVec([6], [1.0]))])[0]
+    assert _ns(hits) == [4]
+    assert hits[0].score > 0
+
+
+def test_batched_dense_and_sparse_branches_answer_in_order(filled):
+    dense, sparse = filled.search([_dense(limit=1), SearchSpec(where=Where(), limit=10, sparse=SparseVec([3], [1.0]))])
+    assert _ns(dense) == [0]
+    assert sorted(_ns(sparse)) == [1, 2]
+
+
+def test_sparse_branch_can_return_dense_vectors(filled):
+    hits = filled.search([SearchSpec(where=Where(), limit=10, sparse=SparseVec([1], [1.0]), with_dense_vector=True)])[0]
+    assert _ns(hits) == [0]
+    assert np.allclose(hits[0].dense, _vec(1, 0, 0, 0), atol=1e-5)
+
+
+def test_match_filter(filled):
+    assert sorted(_ns(filled.search([_dense(Where(must=(Match("repo", "a"),)))])[0])) == [0, 1, 3]
+
+
+def test_match_filters_combine_as_and(filled):
+    where = Where(must=(Match("repo", "a"), Match("tenant", "t1")))
+    assert sorted(_ns(filled.search([_dense(where)])[0])) == [0, 1]
+
+
+def test_match_any_filter(filled):
+    where = Where(must=(MatchAny("repo", ("b", "c")),))
+    assert sorted(_ns(filled.search([_dense(where)])[0])) == [2, 4]
+
+
+def test_range_filter(filled):
+    where = Where(must=(Range("expires_at", gt=10.0, lte=40.0),))
+    assert sorted(_ns(filled.search([_dense(where)])[0])) == [1, 2, 3]
+
+
+def test_must_not_filter(filled):
+    where = Where(must_not=(Match("trust_class", "workspace_overlay"), Match("repo", "c")))
+    assert sorted(_ns(filled.search([_dense(where)])[0])) == [0, 1, 2]
+
+
+def test_nested_should_filter(filled):
+    """tenant t1 AND (path x.py OR path z.md): a nested boolean filter."""
+    either = Where(should=(Match("path", "x.py"), Match("path", "z.md")))
+    where = Where(must=(Match("tenant", "t1"), either))
+    assert sorted(_ns(filled.search([_dense(where)])[0])) == [0, 2]
+
+
+def test_filter_that_matches_nothing_returns_no_hits(filled):
+    assert filled.search([_dense(Where(must=(Match("repo", "nope"),)))])[0] == []
+
+
+def test_count_with_and_without_filter(filled):
+    assert filled.count() == 5
+    assert filled.count(Where(must=(Match("tenant", "t2"),))) == 2
+
+
+def test_scroll_returns_every_match_with_requested_fields(filled):
+    hits = list(filled.scroll(Where(must=(Match("repo", "a"),)), ["path", "n"], batch=2))
+    assert sorted(h.payload["n"] for h in hits) == [0, 1, 3]
+    assert all(set(h.payload) == {"path", "n"} for h in hits)
+    assert {h.id for h in hits} == {_id(0), _id(1), _id(3)}
+
+
+def test_scroll_everything(filled):
+    assert len(list(filled.scroll(None, True))) == 5
+
+
+def test_delete_by_filter(filled):
+    filled.delete(Where(must=(Match("repo", "a"), Match("tenant", "t1"))))
+    assert filled.count() == 3
+    assert sorted(h.payload["n"] for h in filled.scroll(None, ["n"])) == [2, 3, 4]
+
+
+def test_delete_by_ids(filled):
+    filled.delete_ids([_id(0), _id(4)])
+    filled.delete_ids([])
+    assert sorted(h.payload["n"] for h in filled.scroll(None, ["n"])) == [1, 2, 3]
+
+
+def test_upsert_same_id_replaces_the_point(filled):
+    p = _points()[0]
+    p.payload["text"] = "replaced"
+    filled.upsert([p])
+    assert filled.count() == 5
+    hits = filled.search([_dense(Where(must=(Match("path", "x.py"), Match("repo", "a"))))])[0]
+    assert [h.payload["text"] for h in hits] == ["replaced"]
+
+
+def test_data_survives_reopening(filled, tmp_path):
+    if not isinstance(filled, EdgeStore):
+        pytest.skip("in-memory local mode does not persist by design")
+    filled.close()
+    again = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        assert again.count() == 5
+        assert again.info().model == "test-model"
+    finally:
+        again.close()
+
+
+# ------------------------------------------------- one owner per store ---
+
+
+def test_second_process_on_a_busy_embedded_store_gets_store_busy(cli, indexed, home):
+    import os
+
+    holder = EdgeStore(home / "qdrant-edge", "moonmind__repo")
+    try:
+        assert holder.count() > 0  # this process now owns the store
+        r = cli("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--json")
+        assert r.code == 3 and r.stdout == ""
+        assert "Traceback" not in r.stderr
+        err = r.error()
+        assert err["code"] == "store_busy"
+        assert f"in use by PID {os.getpid()}" in err["message"]
+        assert "QDRANT_URL" in err["action"]
+        r = cli("rag", "index", str(indexed), "--repo", "demo")
+        assert r.code == 3 and "store_busy" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        holder.close()
+    assert cli("rag", "search", "--query", "bearer token", "--filters", "repo=demo").code == 0
+
+
+def test_second_process_on_a_busy_local_mode_path_gets_store_busy(cli, repo, tmp_path):
+    local = tmp_path / "qdrant-local"
+    assert cli("rag", "index", str(repo), "--repo", "demo", extra_env={"QDRANT_URL": str(local)}).code == 0
+    holder = QdrantClientStore(Settings(QDRANT_URL=str(local)), "moonmind__repo")
+    try:
+        r = cli("rag", "search", "--query", "token", "--json", extra_env={"QDRANT_URL": str(local)})
+        assert r.code == 3 and r.stdout == "" and "Traceback" not in r.stderr
+        assert r.error()["code"] == "store_busy"
+    finally:
+        holder.close()
