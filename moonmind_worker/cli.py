@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "moonmind_worker.commands.worker",
     "moonmind_worker.commands.overlay",
     "moonmind_worker.commands.quality",
+    "moonmind_worker.commands.packs",
 ]
 
 GROUPS = {

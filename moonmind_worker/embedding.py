@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from . import observe
 from .errors import MoonmindError
 from .settings import Settings
 
@@ -67,6 +68,7 @@ class StaticEmbedder:
     def dimensions(self) -> int:
         return int(self._vectors.shape[1])
 
+    @observe.embed
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
@@ -124,6 +126,7 @@ class OpenAICompatibleEmbedder:
                 _write_json(self._cache_file, cache)
         return self._dims
 
+    @observe.embed
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         from .retry import call_with_retries
 

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from . import lexical
+from . import lexical, observe
 from .chunking import Chunk, chunk_text, language_of
 from .contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, ChunkPayload
 from .embedding import Embedder
@@ -132,6 +132,7 @@ def scope(repo: str, tenant: str) -> Where:
     return Where(must=(Match("tenant", tenant), Match("repo", repo), Match("trust_class", CANONICAL)))
 
 
+@observe.index
 def index_repository(
     root: Path,
     *,

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from . import lexical, overlay
+from . import lexical, observe, overlay
 from .context_pack import format_context_text, item_from_payload
 from .contracts import CANONICAL, ContextItem, ContextPack, RetrievalQuery, Usage
 from .embedding import Embedder, normalize_whitespace
@@ -118,6 +118,7 @@ def rank(candidates: list[Candidate]) -> list[Candidate]:
     return sorted(best.values(), key=_order_key)
 
 
+@observe.search
 def retrieve_context_pack(
     query: RetrievalQuery, *, settings: Settings, embedder: Embedder, store: Store
 ) -> ContextPack:

@@ -78,12 +78,25 @@ class Settings(BaseSettings):
     queue_timeout_s: float = Field(30.0, validation_alias="MOONMIND_QUEUE_TIMEOUT_S", gt=0)
     overlay_sweep_interval_s: float = Field(300.0, validation_alias="MOONMIND_OVERLAY_SWEEP_INTERVAL_S", gt=0)
 
+    # --- observability (metrics.py, observe.py) ---------------------------
+    statsd_host: str | None = Field(None, validation_alias="STATSD_HOST")
+    statsd_port: int = Field(8125, validation_alias="STATSD_PORT", gt=0, lt=65536)
+    statsd_prefix: str = Field("moonmind", validation_alias="STATSD_PREFIX")
+    artifacts_dir: Path | None = Field(None, validation_alias="MOONMIND_ARTIFACTS_DIR")
+
     @field_validator("moonmind_home", mode="after")
     @classmethod
     def _expand_home(cls, v: Path) -> Path:
         return v.expanduser()
 
-    @field_validator("qdrant_url", "openai_base_url", mode="after")
+    @field_validator("artifacts_dir", mode="before")
+    @classmethod
+    def _expand_artifacts(cls, v: object) -> object:
+        if isinstance(v, str):
+            return Path(v).expanduser() if v.strip() else None
+        return v
+
+    @field_validator("qdrant_url", "openai_base_url", "statsd_host", mode="after")
     @classmethod
     def _blank_is_unset(cls, v: str | None) -> str | None:
         return v or None
@@ -123,6 +136,11 @@ class Settings(BaseSettings):
     @property
     def data_dir(self) -> Path:
         return self.moonmind_home / "qdrant-edge"
+
+    @property
+    def artifacts_root(self) -> Path:
+        """Where context packs and breadcrumbs are cached (one sub-directory per run)."""
+        return self.artifacts_dir or self.moonmind_home / "artifacts"
 
     def secrets(self) -> list[str]:
         """Every configured secret value, so output can be scrubbed of them."""

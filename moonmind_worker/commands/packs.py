@@ -1,0 +1,34 @@
+"""`moonmind rag packs`: the context packs cached for a run (what a dashboard shows as "Context used")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(groups: dict) -> None:
+    p = groups["rag"].add_parser("packs", help="list the context packs cached for a run")
+    p.add_argument("--run-id", default=None, help="run whose packs to list (default: MOONMIND_RUN_ID, else 'adhoc')")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(_handler=cmd_packs)
+
+
+def cmd_packs(args: argparse.Namespace) -> int:
+    from ..cli import note
+    from ..observe import list_packs, packs_dir
+    from ..settings import get_settings
+
+    settings = get_settings()
+    run_id = args.run_id or settings.run_id
+    packs = list_packs(run_id, settings)
+    if args.json:
+        sys.stdout.write(json.dumps(packs, indent=2) + "\n")
+        return 0
+    if not packs:
+        note(f"no context packs cached for run {run_id or 'adhoc'} (looked in {packs_dir(run_id, settings)})")
+        return 0
+    for p in packs:
+        sources = ", ".join(p["sources"]) or "(no hits)"
+        sys.stdout.write(f"{p['telemetry_id']}  {p['retrieved_at']}  {p['hits']} hits  {p['query']!r}\n    {sources}\n")
+    return 0
