@@ -41,6 +41,11 @@ EVENTS = (
     "embedding_aborted",
     "overlay_upserted",
     "overlay_cleaned",
+    # observe.py (README "Observability")
+    "context_pack_created",
+    "budget_exceeded",
+    "overlay_swept",
+    "repository_indexed",
 )
 
 #: Seconds to skip publishing after a failure (one slow broker must not slow every event).

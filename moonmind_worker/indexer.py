@@ -209,8 +209,9 @@ def index_repository(
     return summary
 
 
-def tty_progress(stream=sys.stderr) -> Callable[[int, int], None] | None:
-    """A one-line progress bar on a terminal, nothing otherwise."""
+def tty_progress(stream=None) -> Callable[[int, int], None] | None:
+    """A one-line progress bar on a terminal, nothing otherwise (stream: the current sys.stderr by default)."""
+    stream = stream if stream is not None else sys.stderr
     if not stream.isatty():
         return None
     last = [0.0]

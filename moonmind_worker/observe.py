@@ -45,10 +45,8 @@ _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._-]+")
 
 def publish(event: str, **fields: Any) -> None:
     """Send a queue event; never raises (events.publish is itself bounded and no-op without a broker)."""
-    try:
-        from . import events
-    except ImportError:  # the publisher is not installed in this build
-        return
+    from . import events
+
     try:
         events.publish(event, **{k: v for k, v in fields.items() if v is not None})
     except Exception:  # noqa: BLE001 - an event must never break the action it reports

@@ -1,0 +1,458 @@
+"""Observability (issue 7; spec 01 US2-1, US2-3, FR-004, SC-004; spec 02 breadcrumbs / "Context used").
+
+Real parts only: a UDP socket bound on loopback plays the StatsD server, a kombu
+consumer on Redis (DB 7, a unique queue bound to the events exchange) receives
+the queue events, and a local HTTP server speaks the OpenAI embeddings protocol.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+BROKER = "redis://127.0.0.1:6379/7"
+SCOPE = {"MOONMIND_JOB_ID": "job-obs", "MOONMIND_RUN_ID": "run-obs", "MOONMIND_REPO": "demo", "MOONMIND_TENANT": "acme"}
+
+
+# --- the CLI in-process (same code path as the console script, minus process start-up) ---
+
+
+@pytest.fixture
+def mm(env, monkeypatch, capsys):
+    """Run `moonmind ARGS` in this process with extra env; module state is reset like a fresh process."""
+    from conftest import Result
+
+    from moonmind_worker import cli, events, metrics, runtime
+    from moonmind_worker.settings import get_settings
+
+    def fresh() -> None:
+        get_settings.cache_clear()
+        metrics.reset()
+        events.reset()
+        runtime.close_all()
+
+    def run(*args: str, extra_env: dict[str, str] | None = None) -> Result:
+        capsys.readouterr()
+        with monkeypatch.context() as m:
+            for k, v in (extra_env or {}).items():
+                m.setenv(k, v)
+            fresh()
+            try:
+                code = cli.main(list(args))
+            finally:
+                fresh()
+        out = capsys.readouterr()
+        return Result(code, out.out, out.err)
+
+    return run
+
+
+@pytest.fixture
+def mm_indexed(mm, repo):
+    r = mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme")
+    assert r.code == 0, r.stderr
+    return repo
+
+
+# --- a StatsD server: a real UDP socket -------------------------------------
+
+
+class StatsdServer:
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.env = {"STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(self.port)}
+
+    def lines(self, wait_s: float = 0.3) -> list[tuple[str, float, str]]:
+        """Every `name:value|type` received so far (datagrams may hold several lines)."""
+        out = []
+        self.sock.settimeout(wait_s)
+        while True:
+            try:
+                data = self.sock.recv(65535)
+            except socket.timeout:
+                return out
+            for line in data.decode("ascii").splitlines():
+                name, _, rest = line.partition(":")
+                value, _, kind = rest.partition("|")
+                out.append((name, float(value), kind))
+
+    @staticmethod
+    def only(lines, name: str) -> list[tuple[float, str]]:
+        return [(v, k) for n, v, k in lines if n == name]
+
+
+@pytest.fixture
+def statsd_server():
+    s = StatsdServer()
+    yield s
+    s.sock.close()
+
+
+# --- a queue-event consumer on Redis ----------------------------------------
+
+
+class EventConsumer:
+    def __init__(self) -> None:
+        from kombu import Connection, Exchange, Queue
+
+        from moonmind_worker import events
+
+        self.conn = Connection(BROKER)
+        q = Queue(f"test-obs-{uuid.uuid4().hex}", Exchange(events.EXCHANGE, type="topic", durable=True), routing_key="rag.#")
+        self.bound = q(self.conn.default_channel)
+        self.bound.declare()
+        self.env = {"CELERY_BROKER_URL": BROKER}
+
+    def drain(self, wait_s: float = 1.0, until: str | None = None) -> list[dict]:
+        """Events received within wait_s (returns early once an `until` event arrived)."""
+        out: list[dict] = []
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            m = self.bound.get(no_ack=True)
+            if m is None:
+                time.sleep(0.02)
+                continue
+            out.append(m.payload)
+            if until and m.payload["event"] == until:
+                deadline = min(deadline, time.monotonic() + 0.2)
+        return out
+
+    def close(self) -> None:
+        try:
+            self.bound.delete()
+        finally:
+            self.conn.release()
+
+
+@pytest.fixture
+def consumer():
+    c = EventConsumer()
+    yield c
+    c.close()
+
+
+def _one(evts: list[dict], name: str) -> dict:
+    found = [e for e in evts if e["event"] == name]
+    assert len(found) == 1, f"expected one {name}, got {[e['event'] for e in evts]}"
+    return found[0]
+
+
+def _assert_scope(evt: dict) -> None:
+    assert (evt["job_id"], evt["run_id"], evt["repo"], evt["tenant"]) == ("job-obs", "run-obs", "demo", "acme")
+
+
+# --- an OpenAI-compatible embeddings server ----------------------------------
+
+
+class EmbeddingServer:
+    """POST /v1/embeddings → deterministic 16-dim vectors, or `fail_status` when set."""
+
+    DIMS = 16
+
+    def __init__(self) -> None:
+        self.fail_status: int | None = None
+        self.requests = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests += 1
+                if outer.fail_status:
+                    data = json.dumps({"error": {"message": "unavailable", "type": "server_error"}}).encode()
+                    self.send_response(outer.fail_status)
+                else:
+                    texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                    rows = []
+                    for i, t in enumerate(texts):
+                        seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "big")
+                        vec = np.random.default_rng(seed).standard_normal(outer.DIMS).tolist()
+                        rows.append({"object": "embedding", "index": i, "embedding": vec})
+                    data = json.dumps({"object": "list", "data": rows, "model": body["model"],
+                                       "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        port = self.httpd.server_address[1]
+        self.env = {
+            "MOONMIND_EMBEDDING_PROVIDER": "openai",
+            "OPENAI_API_KEY": "sk-test-not-a-secret",
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+        }
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def embed_server():
+    s = EmbeddingServer()
+    yield s
+    s.close()
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# --- StatsD -----------------------------------------------------------------
+
+
+def test_search_sends_latency_timer_and_hit_counter(mm, mm_indexed, statsd_server):
+    r = mm("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--json", extra_env=statsd_server.env)
+    assert r.code == 0, r.stderr
+    hits = len(r.json()["items"])
+    lines = statsd_server.lines()
+    (latency, kind), = statsd_server.only(lines, "moonmind.rag.search.latency_ms")
+    assert kind == "ms" and 0 < latency < 10_000
+    assert statsd_server.only(lines, "moonmind.rag.search.hits") == [(hits, "c")]
+    assert hits > 0
+    assert statsd_server.only(lines, "moonmind.rag.embed.count") == [(1.0, "c")]  # the query
+    (embed_ms, kind), = statsd_server.only(lines, "moonmind.rag.embed.latency_ms")
+    assert kind == "ms" and 0 < embed_ms <= latency
+    assert not statsd_server.only(lines, "moonmind.rag.search.errors")
+
+
+def test_index_counts_chunks_written(mm, repo, statsd_server):
+    r = mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", "--json", extra_env=statsd_server.env)
+    assert r.code == 0, r.stderr
+    written = r.json()["chunks_written"]
+    lines = statsd_server.lines()
+    assert statsd_server.only(lines, "moonmind.rag.index.chunks") == [(written, "c")]
+    assert sum(v for v, _ in statsd_server.only(lines, "moonmind.rag.embed.count")) == written
+    assert [k for _, k in statsd_server.only(lines, "moonmind.rag.index.latency_ms")] == ["ms"]
+
+
+def test_statsd_prefix_is_configurable(mm, mm_indexed, statsd_server):
+    env = {**statsd_server.env, "STATSD_PREFIX": "mm.ci"}
+    assert mm("rag", "search", "--query", "pool", "--filters", "repo=demo", extra_env=env).code == 0
+    names = {n for n, _, _ in statsd_server.lines()}
+    assert "mm.ci.rag.search.latency_ms" in names
+    assert not any(n.startswith("moonmind.") for n in names)
+
+
+def test_metrics_are_off_without_statsd_host(env):
+    from moonmind_worker import metrics
+
+    metrics.reset()
+    assert metrics.client() is None
+    metrics.incr("rag.search.hits", 3)  # a no-op, not an error
+
+
+def test_unresolvable_statsd_host_never_blocks_a_send(env, monkeypatch):
+    from moonmind_worker import metrics
+    from moonmind_worker.settings import get_settings
+
+    monkeypatch.setenv("STATSD_HOST", "statsd.moonmind.invalid")
+    get_settings.cache_clear()
+    metrics.reset()
+    try:
+        started = time.perf_counter()
+        metrics.incr("rag.search.hits")  # first use waits at most RESOLVE_WAIT_S for the name
+        first = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(1000):
+            metrics.timing("rag.search.latency_ms", 1.0)
+        per_send = (time.perf_counter() - started) / 1000
+    finally:
+        metrics.reset()
+    assert first < metrics.RESOLVE_WAIT_S + 0.2
+    assert per_send < 0.0005  # no DNS lookup per send
+
+
+# --- failure paths: the event goes out before the command exits non-zero ---------
+
+
+def test_embedding_connectivity_failure_emits_embedding_aborted_before_exit(
+    mm, repo, embed_server, statsd_server, consumer
+):
+    """Spec 01 US2-1: connectivity failure → error, `embedding_aborted`, non-zero exit, no partial output."""
+    base = {**embed_server.env, **SCOPE}
+    assert mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", extra_env=base).code == 0
+    env = {**base, **statsd_server.env, **consumer.env, "OPENAI_BASE_URL": f"http://127.0.0.1:{_closed_port()}/v1"}
+    r = mm("rag", "search", "--query", "bearer token", "--json", extra_env=env)
+    assert r.code == 4 and r.stdout == ""
+    assert r.error()["code"] == "embedding_provider_error"
+    # main() has returned (the process would exit now): the event is already on the queue
+    aborted = _one(consumer.drain(until="embedding_aborted"), "embedding_aborted")
+    assert aborted["reason"] == "embedding_provider_error"
+    assert aborted["attempts"] == 4 and aborted["stage"] == "embed"
+    assert aborted["provider"] == "openai" and aborted["model"] == "text-embedding-3-small"
+    _assert_scope(aborted)
+    lines = statsd_server.lines()
+    assert statsd_server.only(lines, "moonmind.rag.embed.errors") == [(1.0, "c")]
+    assert statsd_server.only(lines, "moonmind.rag.search.errors") == [(1.0, "c")]
+    assert not statsd_server.only(lines, "moonmind.rag.search.latency_ms")
+
+
+def test_embedding_server_error_reports_every_attempt(env, monkeypatch, embed_server, consumer, tmp_path):
+    from moonmind_worker import events, metrics
+    from moonmind_worker.embedding import make_embedder
+    from moonmind_worker.errors import MoonmindError
+    from moonmind_worker.settings import get_settings
+
+    for k, v in {**embed_server.env, **SCOPE, **consumer.env, "MOONMIND_EMBEDDING_DIMENSIONS": "16"}.items():
+        monkeypatch.setenv(k, v)
+    get_settings.cache_clear()
+    events.reset()
+    metrics.reset()
+    embed_server.fail_status = 503
+    embedder = make_embedder(get_settings())
+    with pytest.raises(MoonmindError) as exc:
+        embedder.embed_documents(["a", "b", "c"])
+    aborted = _one(consumer.drain(until="embedding_aborted"), "embedding_aborted")
+    assert aborted["attempts"] == embed_server.requests == exc.value.details["attempts"] == 4
+    assert aborted["reason"] == "embedding_provider_error" and aborted["texts"] == 3
+    _assert_scope(aborted)
+
+
+def test_missing_collection_aborts_with_its_reason(mm, consumer):
+    r = mm("rag", "search", "--query", "anything", extra_env={**SCOPE, **consumer.env})
+    assert r.code == 3
+    aborted = _one(consumer.drain(until="embedding_aborted"), "embedding_aborted")
+    assert aborted["reason"] == "collection_missing" and aborted["stage"] == "search"
+    _assert_scope(aborted)
+
+
+def test_token_budget_truncation_is_reported(mm, mm_indexed, statsd_server, consumer):
+    env = {**SCOPE, **statsd_server.env, **consumer.env}
+    r = mm("rag", "search", "--query", "bearer token", "--budget", "tokens=1", "--json", extra_env=env)
+    assert r.code == 0, r.stderr
+    assert r.json()["truncated"] is True
+    budget = _one(consumer.drain(until="budget_exceeded"), "budget_exceeded")
+    assert (budget["budget_type"], budget["budget_limit"], budget["budget_spent"]) == ("tokens", 1, 0)
+    assert budget["outcome"] == "truncated"
+    _assert_scope(budget)
+    assert statsd_server.only(statsd_server.lines(), "moonmind.rag.budget.exceeded.tokens") == [(1.0, "c")]
+
+
+def test_latency_budget_abort_is_reported(mm, repo, embed_server, statsd_server, consumer):
+    base = {**embed_server.env, **SCOPE}
+    assert mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", extra_env=base).code == 0
+    # a slow provider: every request hangs 50 ms, so a 1 ms budget is exceeded after embedding
+    env = {**base, **statsd_server.env, **consumer.env}
+    orig = embed_server.httpd.RequestHandlerClass.do_POST
+
+    def slow(self):
+        time.sleep(0.05)
+        orig(self)
+
+    embed_server.httpd.RequestHandlerClass.do_POST = slow
+    r = mm("rag", "search", "--query", "bearer token", "--budget", "latency_ms=1", "--json", extra_env=env)
+    assert r.code == 5 and r.stdout == ""
+    budget = _one(consumer.drain(until="budget_exceeded"), "budget_exceeded")
+    assert budget["budget_type"] == "latency_ms" and budget["budget_limit"] == 1
+    assert budget["budget_spent"] >= 50 and budget["outcome"] == "aborted"
+    _assert_scope(budget)
+    lines = statsd_server.lines()
+    assert statsd_server.only(lines, "moonmind.rag.budget.exceeded.latency_ms") == [(1.0, "c")]
+    assert statsd_server.only(lines, "moonmind.rag.search.errors") == [(1.0, "c")]
+
+
+# --- queue events for a search --------------------------------------------------
+
+
+def test_search_emits_query_completed_and_pack_created_with_job_tags(mm, mm_indexed, consumer):
+    r = mm("rag", "search", "--query", "connection pool", "--json", extra_env={**SCOPE, **consumer.env})
+    assert r.code == 0, r.stderr
+    pack = r.json()
+    evts = consumer.drain(until="context_pack_created")
+    done = _one(evts, "qdrant_query_completed")
+    created = _one(evts, "context_pack_created")
+    for e in (done, created):
+        _assert_scope(e)
+        assert e["telemetry_id"] == pack["telemetry_id"]
+        assert e["event_id"].startswith("evt_")
+    assert done["hits"] == len(pack["items"]) > 0
+    assert done["overlay_hits"] == 0 and done["transport"] == "direct"
+    assert 0 < done["latency_ms"] < 10_000
+    assert created["sources"] == [i["source"] for i in pack["items"]]
+
+
+# --- breadcrumbs and cached packs ----------------------------------------------
+
+
+def test_successful_search_caches_the_pack_and_logs_a_breadcrumb(mm, mm_indexed, home):
+    r = mm("rag", "search", "--query", "bearer token", "--json", extra_env=SCOPE)
+    assert r.code == 0, r.stderr
+    pack = r.json()
+    run_dir = home / "artifacts" / "run-obs"
+    cached = json.loads((run_dir / "context-packs" / f"{pack['telemetry_id']}.json").read_text())
+    assert cached == pack
+    (line,) = (run_dir / "breadcrumbs.jsonl").read_text().splitlines()
+    crumb = json.loads(line)
+    assert crumb["context_pack_id"] == pack["telemetry_id"]
+    assert crumb["job_id"] == "job-obs" and crumb["run_id"] == "run-obs"
+    assert [s["source"] for s in crumb["sources"]] == [i["source"] for i in pack["items"]]
+    assert crumb["sources"][0]["lines"] == f"L{pack['items'][0]['line_start']}-L{pack['items'][0]['line_end']}"
+    assert "ctx_" not in r.stderr  # the breadcrumb never lands in the agent's output streams
+
+
+def test_artifacts_dir_is_configurable_and_run_ids_cannot_escape_it(mm, mm_indexed, tmp_path):
+    art = tmp_path / "arts"
+    env = {**SCOPE, "MOONMIND_ARTIFACTS_DIR": str(art), "MOONMIND_RUN_ID": "../../etc"}
+    assert mm("rag", "search", "--query", "pool", "--json", extra_env=env).code == 0
+    (cached,) = list(art.rglob("ctx_*.json"))
+    assert cached.parent.parent.parent == art
+    assert cached.parent.parent.name == "etc"
+
+
+def test_rag_packs_lists_the_packs_of_a_run_in_order(mm, mm_indexed):
+    env = {**SCOPE, "MOONMIND_RUN_ID": "run-a"}
+    ids = [mm("rag", "search", "--query", q, "--json", extra_env=env).json()["telemetry_id"] for q in ("bearer token", "connection pool")]
+    mm("rag", "search", "--query", "router", "--json", extra_env={**SCOPE, "MOONMIND_RUN_ID": "run-b"})
+    r = mm("rag", "packs", "--run-id", "run-a", "--json")
+    assert r.code == 0, r.stderr
+    listed = r.json()
+    assert [p["telemetry_id"] for p in listed] == ids
+    assert listed[0]["query"] == "bearer token" and listed[0]["sources"][0].startswith("auth/tokens.py#L")
+    text = mm("rag", "packs", extra_env=env)
+    assert text.code == 0 and ids[0] in text.stdout and ids[1] in text.stdout
+
+
+def test_rag_packs_for_an_unknown_run_is_empty_not_an_error(mm):
+    r = mm("rag", "packs", "--run-id", "never-ran", "--json")
+    assert r.code == 0 and r.json() == []
+    r = mm("rag", "packs", "--run-id", "never-ran")
+    assert r.code == 0 and r.stdout == "" and "no context packs cached for run never-ran" in r.stderr
+
+
+# --- sinks down: the search itself is unaffected ----------------------------------
+
+
+def test_search_succeeds_with_statsd_unreachable_and_broker_down(cli, mm, mm_indexed):
+    args = ("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--json")
+    baseline = mm(*args).json()
+    down = {
+        "STATSD_HOST": "10.255.255.1",  # unroutable
+        "CELERY_BROKER_URL": f"redis://127.0.0.1:{_closed_port()}/7",
+        **SCOPE,
+    }
+    r = cli(*args, extra_env=down)
+    assert r.code == 0, r.stderr
+    assert r.json()["items"] == baseline["items"]
+    assert r.json()["context_text"] == baseline["context_text"]
