@@ -332,3 +332,71 @@ def index(fn: F) -> F:
         return summary
 
     return wrapper  # type: ignore[return-value]
+
+
+# --- workspace overlay ----------------------------------------------------
+
+
+def overlay_upsert(fn: F) -> F:
+    """Wrap `upsert_overlay`: latency, chunks written, and an `overlay_upserted` event."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any):
+        started = time.perf_counter()
+        try:
+            summary = fn(*args, **kwargs)
+        except Exception:
+            metrics.incr("rag.overlay.errors")
+            raise
+        try:
+            elapsed = (time.perf_counter() - started) * 1000
+            metrics.timing("rag.overlay.upsert.latency_ms", elapsed)
+            metrics.incr("rag.overlay.chunks", summary.chunks_written)
+            publish(
+                "overlay_upserted",
+                run_id=summary.run_id,
+                repo=summary.repo,
+                tenant=summary.tenant,
+                files=len(summary.files),
+                tombstones=len(summary.tombstones),
+                skipped=len(summary.skipped),
+                chunks_written=summary.chunks_written,
+                chunks_replaced=summary.chunks_replaced,
+                expires_at=summary.expires_at,
+                latency_ms=round(elapsed, 2),
+            )
+        except Exception:  # noqa: BLE001
+            pass
+        return summary
+
+    return wrapper  # type: ignore[return-value]
+
+
+def overlay_clean(fn: F) -> F:
+    """Wrap `clean_overlay`: a TTL sweep reports `overlay_swept`, a run clean `overlay_cleaned` (points removed)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any):
+        started = time.perf_counter()
+        try:
+            removed = fn(*args, **kwargs)
+        except Exception:
+            metrics.incr("rag.overlay.errors")
+            raise
+        try:
+            run_id = (kwargs.get("run_id") or "").strip() or None
+            sweep = bool(kwargs.get("expired")) and run_id is None
+            metrics.incr("rag.overlay.swept" if sweep else "rag.overlay.cleaned", removed)
+            fields: dict[str, Any] = {
+                "removed": removed,
+                "expired_only": bool(kwargs.get("expired")),
+                "latency_ms": round((time.perf_counter() - started) * 1000, 2),
+            }
+            if run_id is not None:
+                fields["run_id"] = run_id
+            publish("overlay_swept" if sweep else "overlay_cleaned", **fields)
+        except Exception:  # noqa: BLE001
+            pass
+        return removed
+
+    return wrapper  # type: ignore[return-value]

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from . import observe
 from .chunking import Chunk, chunk_text, language_of, sha256_text
 from .contracts import PAYLOAD_SCHEMA_VERSION, WORKSPACE_OVERLAY, ChunkPayload, RetrievalQuery
 from .embedding import Embedder
@@ -203,6 +204,7 @@ def _tombstone(embedder: Embedder, rel: str, *, repo: str, tenant: str, run_id: 
     )
 
 
+@observe.overlay_upsert
 def upsert_overlay(
     paths: Sequence[str | os.PathLike],
     *,
@@ -314,6 +316,7 @@ def upsert_overlay(
 # ------------------------------------------------------------ clean / list ---
 
 
+@observe.overlay_clean
 def clean_overlay(
     *, run_id: str | None = None, expired: bool = False, settings: Settings, store: Store, now: float | None = None
 ) -> int:

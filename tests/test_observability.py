@@ -441,6 +441,71 @@ def test_rag_packs_for_an_unknown_run_is_empty_not_an_error(mm):
     assert r.code == 0 and r.stdout == "" and "no context packs cached for run never-ran" in r.stderr
 
 
+# --- workspace overlay -----------------------------------------------------------
+
+
+def _edit(repo) -> None:
+    (repo / "auth" / "tokens.py").write_text(
+        '"""Bearer token checks."""\n\n\ndef check_bearer_token(header, expected):\n'
+        '    """Validate a bearer header with a rotating signing key."""\n    return header == "Bearer " + expected\n'
+    )
+
+
+def test_overlay_upsert_reports_latency_chunks_and_event(mm, mm_indexed, statsd_server, consumer):
+    _edit(mm_indexed)
+    env = {**SCOPE, **statsd_server.env, **consumer.env}
+    r = mm("rag", "overlay", "upsert", str(mm_indexed / "auth/tokens.py"), "--root", str(mm_indexed), "--json", extra_env=env)
+    assert r.code == 0, r.stderr
+    written = r.json()["chunks_written"]
+    assert written > 0
+    lines = statsd_server.lines()
+    (latency, kind), = statsd_server.only(lines, "moonmind.rag.overlay.upsert.latency_ms")
+    assert kind == "ms" and 0 < latency < 10_000
+    assert statsd_server.only(lines, "moonmind.rag.overlay.chunks") == [(written, "c")]
+    assert sum(v for v, _ in statsd_server.only(lines, "moonmind.rag.embed.count")) == written
+    upserted = _one(consumer.drain(until="overlay_upserted"), "overlay_upserted")
+    _assert_scope(upserted)
+    assert upserted["chunks_written"] == written and upserted["files"] == 1
+
+
+def test_search_reports_overlay_hits(mm, mm_indexed, consumer):
+    _edit(mm_indexed)
+    assert mm("rag", "overlay", "upsert", str(mm_indexed / "auth/tokens.py"), "--root", str(mm_indexed), extra_env=SCOPE).code == 0
+    r = mm("rag", "search", "--query", "bearer rotating signing key", "--json", extra_env={**SCOPE, **consumer.env})
+    assert r.code == 0, r.stderr
+    overlay_items = [i for i in r.json()["items"] if i["trust_class"] == "overlay"]
+    done = _one(consumer.drain(until="context_pack_created"), "qdrant_query_completed")
+    assert done["overlay_hits"] == len(overlay_items) > 0
+
+
+def test_ttl_sweep_reports_points_swept(mm, mm_indexed, statsd_server, consumer):
+    _edit(mm_indexed)
+    up = mm("rag", "overlay", "upsert", str(mm_indexed / "auth/tokens.py"), "--root", str(mm_indexed), "--ttl", "1s", "--json", extra_env=SCOPE)
+    assert up.code == 0, up.stderr
+    time.sleep(1.1)
+    r = mm("rag", "overlay", "clean", "--expired", "--json", extra_env={**SCOPE, **statsd_server.env, **consumer.env})
+    assert r.code == 0, r.stderr
+    removed = r.json()["removed"]
+    assert removed == up.json()["chunks_written"] > 0
+    assert statsd_server.only(statsd_server.lines(), "moonmind.rag.overlay.swept") == [(removed, "c")]
+    swept = _one(consumer.drain(until="overlay_swept"), "overlay_swept")
+    assert swept["removed"] == removed
+    _assert_scope(swept)
+
+
+def test_run_clean_reports_overlay_cleaned(mm, mm_indexed, statsd_server, consumer):
+    _edit(mm_indexed)
+    assert mm("rag", "overlay", "upsert", str(mm_indexed / "auth/tokens.py"), "--root", str(mm_indexed), extra_env=SCOPE).code == 0
+    r = mm("rag", "overlay", "clean", "--json", extra_env={**SCOPE, **statsd_server.env, **consumer.env})
+    assert r.code == 0, r.stderr
+    removed = r.json()["removed"]
+    assert removed > 0
+    assert statsd_server.only(statsd_server.lines(), "moonmind.rag.overlay.cleaned") == [(removed, "c")]
+    cleaned = _one(consumer.drain(until="overlay_cleaned"), "overlay_cleaned")
+    assert cleaned["removed"] == removed and cleaned["run_id"] == "run-obs"
+    _assert_scope(cleaned)
+
+
 # --- sinks down: the search itself is unaffected ----------------------------------
 
 
