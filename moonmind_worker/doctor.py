@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
+from . import observe
 from .errors import CODES, EXIT_CONFIG, MoonmindError, redact
 from .settings import Settings
 
@@ -198,7 +199,8 @@ def _query_check(settings: Settings, embedder, store) -> Check:
     query = RetrievalQuery(query=PROBE_TEXT, top_k=1, overlay_policy="skip", score_threshold=0.0)
     try:
         started = time.perf_counter()
-        pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
+        with observe.no_artifacts():  # a probe, not context an agent used
+            pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
         ms = (time.perf_counter() - started) * 1000
     except MoonmindError as err:
         return _failed("query", err)

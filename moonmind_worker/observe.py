@@ -16,14 +16,16 @@ non-zero has already reported why).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import logging
 import os
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from . import metrics
 from .errors import EXIT_BUDGET, EXIT_USAGE, MoonmindError
@@ -38,6 +40,17 @@ PACKS_DIR = "context-packs"
 BREADCRUMBS_FILE = "breadcrumbs.jsonl"
 
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._-]+")
+_record_packs: contextvars.ContextVar[bool] = contextvars.ContextVar("moonmind_record_packs", default=True)
+
+
+@contextmanager
+def no_artifacts() -> Iterator[None]:
+    """Searches inside this block are not cached as "Context used" (probes, evaluations); metrics and events still go out."""
+    token = _record_packs.set(False)
+    try:
+        yield
+    finally:
+        _record_packs.reset(token)
 
 
 # --- sinks ----------------------------------------------------------------
@@ -126,7 +139,8 @@ def search_completed(query: Any, pack: Any, elapsed_ms: float, settings: Any = N
         )
         if pack.truncated and pack.budgets is not None and pack.budgets.tokens:
             budget_exceeded("tokens", pack.budgets.tokens, pack.usage.tokens, outcome="truncated", scope=scope)
-        record_pack(pack, settings)
+        if _record_packs.get():
+            record_pack(pack, settings)
     except Exception:  # noqa: BLE001 - reporting never fails a search
         pass
 

@@ -441,6 +441,13 @@ def test_rag_packs_for_an_unknown_run_is_empty_not_an_error(mm):
     assert r.code == 0 and r.stdout == "" and "no context packs cached for run never-ran" in r.stderr
 
 
+def test_doctor_probe_query_is_not_cached_as_context_used(mm, mm_indexed, home, statsd_server):
+    r = mm("worker", "doctor", "--json", extra_env={**SCOPE, **statsd_server.env})
+    assert "query" in r.stdout, r.stderr
+    assert statsd_server.only(statsd_server.lines(), "moonmind.rag.search.hits")  # the probe did search
+    assert not list(home.rglob("ctx_*.json"))
+
+
 # --- workspace overlay -----------------------------------------------------------
 
 

@@ -33,6 +33,7 @@ def register(groups: dict) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from ..contracts import TOP_K_MAX, TOP_K_MIN, parse_query
     from ..evaluation import format_report, load_queries, run_eval
+    from ..observe import no_artifacts
     from ..pipeline import retrieve_context_pack
     from ..runtime import get_embedder, get_store
     from ..settings import get_settings
@@ -54,7 +55,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         query = parse_query(
             {"query": q.query, "top_k": top_k, "filters": filters, "score_threshold": args.score_threshold}
         )
-        pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
+        with no_artifacts():  # evaluation queries are not context an agent used
+            pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
         return [item.source for item in pack.items]
 
     report = run_eval(queries, search, k=args.k, top_k=top_k)
