@@ -333,7 +333,7 @@ def test_canonical_and_overlay_branches_go_in_one_batched_search(world):
 # ------------------------------------------------------------------- sweep ---
 
 
-def test_sweep_removes_exactly_the_expired_points_while_a_concurrent_upsert_completes(world):
+def test_sweep_removes_exactly_the_expired_points_while_an_upsert_and_searches_run(world):
     overlay = Match("trust_class", WORKSPACE_OVERLAY)
     world.upsert(["auth/tokens.py", "db/pool.py"], run_id="old-1", ttl_s=60)
     world.upsert(["docs/guide.md", "web/render.js"], run_id="old-2", ttl_s=60)
@@ -354,12 +354,22 @@ def test_sweep_removes_exactly_the_expired_points_while_a_concurrent_upsert_comp
         except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
             errors.append(exc)
 
-    t = threading.Thread(target=upsert_meanwhile)
-    t.start()
+    def search_meanwhile():
+        try:
+            for _ in range(3):
+                pack = world.search("bearer token connection pool", run_id="live", top_k=20)
+                assert all(i.payload["run_id"] == "live" for i in pack.items if i.trust_class == "overlay")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=upsert_meanwhile), threading.Thread(target=search_meanwhile)]
+    for t in threads:
+        t.start()
     started.wait()
     removed = clean_overlay(expired=True, settings=world.settings, store=world.store, now=later)
-    t.join(60)
-    assert not errors and not t.is_alive()
+    for t in threads:
+        t.join(60)
+    assert not errors and not any(t.is_alive() for t in threads)
 
     assert removed == expired_before
     assert world.count(overlay, Range("expires_at", lte=later)) == 0
