@@ -27,6 +27,7 @@ import argparse as _argparse_module
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -143,16 +144,20 @@ def bench_cli(work: Path, budget: Budget) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QDRANT_", "MOONMIND_"))}
     env.update(MOONMIND_HOME=str(work / "home-edge"), MOONMIND_COLLECTION="bench", MOONMIND_RUN_ID="run-cli",
                MOONMIND_REPO="bench", MOONMIND_TENANT="t")
-    walls = []
+    walls, cpus = [], []
     for _ in range(5):
         budget.check("CLI upserts")
         t0 = time.perf_counter()
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.run([MOONMIND, "rag", "overlay", "upsert", "moonmind_worker/cliparse.py", "--root", str(ws)],
                            cwd=ws, env=env, capture_output=True, text=True, timeout=120)
         walls.append((time.perf_counter() - t0) * 1000)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1000)
         if p.returncode != 0:
             raise SystemExit(f"CLI upsert failed: {p.stderr}")
-    return {"cli_upsert_wall_ms_median": round(statistics.median(walls), 1), "cli_upsert_wall_ms_max": round(max(walls), 1)}
+    return {"cli_upsert_wall_ms_median": round(statistics.median(walls), 1), "cli_upsert_wall_ms_max": round(max(walls), 1),
+            "cli_upsert_cpu_ms_median": round(statistics.median(cpus), 1)}
 
 
 def synthetic_points(n: int, dims: int, *, trust: str, run: str, expires_at: float | None, start: int, rng):
