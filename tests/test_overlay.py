@@ -195,11 +195,12 @@ def test_deleted_file_tombstone_hides_its_canonical_chunks_for_that_run_only(wor
 
 
 def test_expired_overlay_returns_canonical_only_in_canonical_order(world):
-    baseline = world.search("where are bearer tokens checked")
     (world.root / "auth/tokens.py").write_text(EDITED_TOKENS)
     world.upsert(["auth/tokens.py"], ttl_s=1.0)
     assert world.search("where are bearer tokens checked", run_id="run-a").items[0].trust_class == "overlay"
     time.sleep(1.2)
+    # canonical order at the same collection state: BM25 IDF counts every stored point, overlays included
+    baseline = world.search("where are bearer tokens checked")
     expired = world.search("where are bearer tokens checked", run_id="run-a")
     assert _order(expired) == _order(baseline)
     # expired points are filtered in the query: they never take a top_k slot
@@ -207,9 +208,9 @@ def test_expired_overlay_returns_canonical_only_in_canonical_order(world):
 
 
 def test_overlay_skip_returns_canonical_only_in_canonical_order(world):
-    baseline = world.search("database connection pool")
     (world.root / "db/pool.py").write_text("class ConnectionPool:\n    '''Pool of connections, now lazily created.'''\n")
     world.upsert(["db/pool.py"])
+    baseline = world.search("database connection pool")  # canonical view, same collection state
     assert world.search("database connection pool", run_id="run-a").items[0].trust_class == "overlay"
     skipped = world.search("database connection pool", run_id="run-a", overlay="skip")
     assert _order(skipped) == _order(baseline)
