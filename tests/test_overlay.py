@@ -496,3 +496,20 @@ def test_cli_overlay_errors_are_clear_and_write_nothing(cli, indexed):
     r = cli("rag", "overlay", "clean", "--run-id", "r1", "--expired")
     assert r.code == 2 and r.stdout == ""
     assert cli("rag", "overlay", "list", "--json").json() == []
+
+
+def test_overlay_branches_keep_every_scope_condition_of_the_canonical_branch(world):
+    """A caller-side allow-list (the gateway's token scope) narrows the overlay branches too."""
+    from moonmind_worker.store import MatchAny
+
+    (world.root / "auth/tokens.py").write_text(EDITED_TOKENS.replace("rotated signing key", "ACME rotation"))
+    world.upsert(["auth/tokens.py"], run_id="job-1", tenant="acme")
+    world.upsert(["auth/tokens.py"], run_id="job-1", tenant="globex")
+    q = parse_query({"query": "bearer rotation", "filters": {"run_id": "job-1"}})  # no tenant filter at all
+    allow = Where(must=(Match("trust_class", "canonical"), MatchAny("tenant", ("acme",))))
+    specs = [SearchSpec(where=allow, limit=40, dense=world.embedder.embed_query("bearer rotation"))]
+    plan = plan_search(q, specs)
+    merged = plan.combine(world.store.search(specs + plan.specs))
+    overlay_hits = [h for h in merged[0] if h.payload["trust_class"] == WORKSPACE_OVERLAY]
+    assert overlay_hits and {h.payload["tenant"] for h in overlay_hits} == {"acme"}
+    assert {h.payload["tenant"] for h in merged[0]} == {"acme"}
