@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "moonmind_worker.commands.overlay",
     "moonmind_worker.commands.quality",
     "moonmind_worker.commands.packs",
+    "moonmind_worker.commands.job",
 ]
 
 GROUPS = {

@@ -4,6 +4,8 @@
 registers the RAG tasks (stable names in `moonmind_worker.queue_client`).
 """
 
+import bootstrap.celery_signals  # noqa: F401 - the job hook (task_prerun/postrun)
+
 from . import rag  # noqa: F401 - registers the tasks
 from .celeryapp import app
 

@@ -15,12 +15,11 @@ Why these choices:
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 import threading
 import time
 
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
 
 from moonmind_worker import queue_client
 from moonmind_worker.errors import EXIT_CONFIG
@@ -144,15 +143,13 @@ def _warm_child(**_: object) -> None:
 @signals.worker_ready.connect
 def _on_ready(sender=None, **_: object) -> None:
     # solo/threads pools run tasks in this process: warm here; prefork children warm themselves
-    if _pool_name(sender.controller.pool_cls if hasattr(sender, "controller") else "") != "prefork":
+    controller = getattr(sender, "controller", None)
+    if controller is None or _pool_name(controller.pool_cls) != "prefork":
         warm_resources()
-    queues = sorted(sender.app.amqp.queues.consume_from.keys()) if sender is not None else []
-    _presence.start(queues, sender.hostname if sender is not None else socket.gethostname())
 
 
 @signals.worker_shutdown.connect
 def _on_shutdown(**_: object) -> None:
-    _presence.stop()
     from moonmind_worker import runtime
 
     runtime.close_all()
@@ -217,3 +214,20 @@ class _Presence:
 
 
 _presence = _Presence()
+
+
+class PresenceStep(bootsteps.StartStopStep):
+    """Consumer bootstep: heartbeats start once the worker consumes its queues and stop when it stops."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def start(self, c) -> None:
+        _presence.start(sorted(c.app.amqp.queues.consume_from.keys()), c.hostname)
+
+    def stop(self, c) -> None:
+        _presence.stop()
+
+    shutdown = stop
+
+
+app.steps["consumer"].add(PresenceStep)

@@ -1,0 +1,223 @@
+"""The job hook: capability resolution (direct / gateway / none), banner, manifest fields,
+doctor failure blocking the job, queue events consumed from real Redis, and the Celery path."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from celery_helpers import BROKER, configure_app, purge, queue_env, redis, unique_queues
+
+BANNER = "RAG available: run `moonmind rag search` to pull context from the knowledge base."
+SNIPPET = "Before coding, call `moonmind rag search` to load repo knowledge from Qdrant."
+
+
+@pytest.fixture
+def bus(env):
+    """A queue bound to every RAG event on the `moonmind.events` exchange (this helper's Redis DB)."""
+    from kombu import Connection, Exchange, Queue
+
+    from moonmind_worker import events
+
+    events.reset()
+    conn = Connection(BROKER)
+    q = Queue(f"test-bus-{uuid.uuid4().hex}", Exchange("moonmind.events", type="topic", durable=True), routing_key="rag.#")
+    bound = q(conn.default_channel)
+    bound.declare()
+
+    def drain(expected: int, wait_s: float = 3.0) -> list[dict]:
+        out, deadline = [], time.monotonic() + wait_s
+        while time.monotonic() < deadline and len(out) < expected:
+            m = bound.get(no_ack=True)
+            if m is None:
+                time.sleep(0.02)
+            else:
+                out.append(m.payload)
+        return out
+
+    yield drain
+    bound.delete()
+    conn.release()
+    events.reset()
+
+
+def manifest(tmp_path, **extra) -> str:
+    data = {"job_id": f"job-{uuid.uuid4().hex[:6]}", "run_id": "run-42", "repo": "demo", "tenant": "acme", "capabilities": {}}
+    data.update(extra)
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def job_env(env, **extra) -> dict:
+    sq, iq = unique_queues()
+    e = queue_env(env, sq, iq)
+    e.update(extra)
+    return e
+
+
+def test_direct_capability_prints_the_banner_and_fills_the_manifest(indexed, cli, env, tmp_path, bus):
+    path = manifest(tmp_path)
+    r = cli("job", "start", "--manifest", path, "--env-file", str(tmp_path / "job.env"), extra_env=job_env(env))
+    assert r.code == 0, r.stderr
+    assert r.stdout == BANNER + "\n"
+    m = json.loads(open(path).read())
+    assert m["capabilities"]["rag"] == "direct-qdrant"
+    rag = m["rag"]
+    assert rag["available"] and rag["prompt_snippet"] == SNIPPET and rag["banner"] == BANNER
+    assert rag["doctor"]["ok"] is True and any(c["name"] == "query" and c["ok"] for c in rag["doctor"]["checks"])
+    assert rag["environment"] == {"MOONMIND_JOB_ID": m["job_id"], "MOONMIND_RUN_ID": "run-42", "MOONMIND_REPO": "demo", "MOONMIND_TENANT": "acme"}
+    assert f"export MOONMIND_JOB_ID={m['job_id']}\n" in (tmp_path / "job.env").read_text()
+    [event] = bus(1)
+    assert event["event"] == "rag_capability_resolved" and event["capability"] == "direct-qdrant"
+    assert (event["job_id"], event["run_id"], event["repo"], event["tenant"]) == (m["job_id"], "run-42", "demo", "acme")
+    assert event["event_id"].startswith("evt_") and event["timestamp"]
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        body = json.dumps({"status": "ok"}).encode() if self.path == "/retrieval/health" else b"{}"
+        self.send_response(200 if self.path == "/retrieval/health" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def gateway():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_healthy_gateway_resolves_to_the_gateway_capability(cli, env, tmp_path, gateway, bus):
+    path = manifest(tmp_path, requires=["rag"])
+    r = cli("job", "start", "--manifest", path, extra_env=job_env(env, MOONMIND_RETRIEVAL_URL=gateway))
+    assert r.code == 0, r.stderr
+    assert r.stdout == BANNER + "\n"
+    m = json.loads(open(path).read())
+    assert m["capabilities"]["rag"] == "gateway" and m["rag"]["blocked"] is False
+    assert bus(1)[0]["capability"] == "gateway"
+
+
+def test_no_retrieval_leaves_the_capability_absent_with_the_reason(cli, env, tmp_path, bus):
+    path = manifest(tmp_path, capabilities={"git": True})
+    r = cli("job", "start", "--manifest", path, extra_env=job_env(env))
+    assert r.code == 0 and r.stdout == ""
+    assert "RAG unavailable" in r.stderr and "rag index" in r.stderr
+    m = json.loads(open(path).read())
+    assert m["capabilities"] == {"git": True}
+    assert m["rag"]["available"] is False and m["rag"]["prompt_snippet"] is None
+    assert "does not exist" in m["rag"]["reason"] and m["rag"]["blocked"] is False
+    got = {e["event"]: e for e in bus(2)}
+    assert got["rag_capability_resolved"]["capability"] is None
+    assert got["doctor_failed"]["blocked"] is False and got["doctor_failed"]["checks"][0]["name"] == "collection"
+
+
+def test_doctor_failure_blocks_a_job_that_requires_rag_with_the_remedy(cli, env, tmp_path, bus):
+    path = manifest(tmp_path, requires=["rag"])
+    r = cli("job", "start", "--manifest", path, "--json", extra_env=job_env(env))
+    assert r.code == 3 and r.stdout == ""
+    err = r.error()
+    assert err["code"] == "job_blocked" and "moonmind rag index" in err["action"]
+    m = json.loads(open(path).read())
+    assert m["rag"]["blocked"] is True and m["rag"]["remedy"] == err["action"]
+    got = {e["event"]: e for e in bus(2)}
+    assert got["doctor_failed"]["blocked"] is True and got["rag_capability_resolved"]["blocked"] is True
+
+
+def test_job_finish_enqueues_the_overlay_clean_for_the_run_and_emits_finished(cli, env, tmp_path, bus):
+    e = job_env(env)
+    iq = e["MOONMIND_INDEX_QUEUE"]
+    r = redis()
+    r.zadd(f"moonmind:consumers:{iq}", {"test@host": time.time()})  # a worker consuming the bulk queue
+    try:
+        path = manifest(tmp_path)
+        res = cli("job", "finish", "--manifest", path, "--outcome", "failure", extra_env=e)
+        assert res.code == 0, res.stderr
+        m = json.loads(open(path).read())
+        clean = m["rag"]["overlay_clean"]
+        assert clean["run_id"] == "run-42" and res.stdout.strip().endswith(clean["task_id"])
+        message = json.loads(r.lindex(iq, 0))
+        assert message["headers"]["task"] == "moonmind.rag.overlay_clean" and message["headers"]["id"] == clean["task_id"]
+        [event] = bus(1)
+        assert event["event"] == "job_rag_finished" and event["outcome"] == "failure" and event["run_id"] == "run-42"
+        assert event["overlay_clean"]["task_id"] == clean["task_id"]
+    finally:
+        purge(iq)
+
+
+def test_a_bad_manifest_is_a_clear_usage_error(cli, env, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = cli("job", "start", "--manifest", str(bad))
+    assert r.code == 2 and r.stdout == "" and "not valid JSON" in r.stderr
+
+
+# ------------------------------------------------------------ Celery path ---
+
+
+@pytest.fixture
+def job_app(env, monkeypatch):
+    sq, iq = unique_queues()
+    for k, v in queue_env({}, sq, iq).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("MOONMIND_JOB_TASKS", "test.job.run")
+    app = configure_app(sq, iq)
+    from bootstrap.celery_signals import JobTask
+
+    seen: dict = {}
+
+    @app.task(name="test.job.run", base=JobTask, bind=True, shared=False)
+    def run_job(self, manifest):
+        import os
+
+        seen["capability"] = manifest.get("capabilities", {}).get("rag")
+        seen["env_job_id"] = os.environ.get("MOONMIND_JOB_ID")
+        seen["snippet"] = manifest["rag"]["prompt_snippet"]
+        return "done"
+
+    yield app, sq, iq, seen
+    app.tasks.pop("test.job.run", None)
+    purge(sq, iq)
+    for var in ("MOONMIND_JOB_ID", "MOONMIND_RUN_ID", "MOONMIND_REPO", "MOONMIND_TENANT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_celery_job_task_sees_the_capability_and_its_environment_then_cleans_its_overlay(indexed, job_app, bus):
+    from celery.contrib.testing.worker import start_worker
+
+    app, sq, iq, seen = job_app
+    m = {"job_id": "job-celery", "run_id": "run-celery", "repo": "demo", "tenant": "acme", "capabilities": {}}
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=[sq], shutdown_timeout=10):
+        redis().zadd(f"moonmind:consumers:{iq}", {"test@host": time.time()})
+        assert app.send_task("test.job.run", kwargs={"manifest": m}, queue=sq).get(timeout=60) == "done"
+    assert seen == {"capability": "direct-qdrant", "env_job_id": "job-celery", "snippet": SNIPPET}
+    names = [e["event"] for e in bus(2)]
+    assert names == ["rag_capability_resolved", "job_rag_finished"]
+    message = json.loads(redis().lindex(iq, 0))
+    assert message["headers"]["task"] == "moonmind.rag.overlay_clean"
+
+
+def test_celery_job_requiring_rag_is_blocked_before_its_body_runs(job_app):
+    from celery.contrib.testing.worker import start_worker
+
+    app, sq, iq, seen = job_app
+    m = {"job_id": "job-blocked", "run_id": "run-b", "repo": "demo", "tenant": "acme", "requires": ["rag"]}
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=[sq], shutdown_timeout=10):
+        res = app.send_task("test.job.run", kwargs={"manifest": m}, queue=sq)
+        res.get(timeout=60, propagate=False)
+    assert res.state == "FAILURE" and seen == {}
+    code, message, action = res.result.args
+    assert code == "job_blocked" and "rag index" in action
