@@ -239,3 +239,47 @@ class IndexReport(BaseModel):
     skipped: list[SkippedFile]
     seconds: float
     line: str  # the one-line human summary
+
+
+class OverlayUpsertRequest(BaseModel):
+    """Arguments of `moonmind.rag.overlay_upsert`: absolute paths inside `root`, as the worker sees them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paths: list[str] = Field(min_length=1)
+    root: str = Field(min_length=1)
+    run_id: str = Field(min_length=1)
+    ttl: str = "24h"  # a duration as the CLI takes it (900s, 30m, 2h, 1d), parsed by the overlay module
+    repo: str = Field(min_length=1)
+    tenant: str = Field(min_length=1)
+
+
+class OverlayReport(BaseModel):
+    """Result of an overlay upsert (the CLI prints the same thing in sync and queue mode)."""
+
+    run_id: str
+    repo: str
+    tenant: str
+    expires_at: str
+    files: list[str]
+    tombstones: list[str]
+    chunks_written: int
+    chunks_replaced: int
+    skipped: list[SkippedFile]
+    seconds: float
+    line: str
+
+
+class OverlayCleanRequest(BaseModel):
+    """Arguments of `moonmind.rag.overlay_clean`: one run's overlay, or every expired point."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str | None = None
+    expired: bool = False
+
+
+class OverlayCleanResult(BaseModel):
+    removed: int
+    run_id: str | None
+    expired: bool

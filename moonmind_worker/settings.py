@@ -76,6 +76,7 @@ class Settings(BaseSettings):
     search_queue: str = Field("moonmind.search", validation_alias="MOONMIND_SEARCH_QUEUE", min_length=1)
     index_queue: str = Field("moonmind.index", validation_alias="MOONMIND_INDEX_QUEUE", min_length=1)
     queue_timeout_s: float = Field(30.0, validation_alias="MOONMIND_QUEUE_TIMEOUT_S", gt=0)
+    broker_visibility_timeout_s: float = Field(3600.0, validation_alias="MOONMIND_BROKER_VISIBILITY_TIMEOUT_S", gt=0)
     overlay_sweep_interval_s: float = Field(300.0, validation_alias="MOONMIND_OVERLAY_SWEEP_INTERVAL_S", gt=0)
 
     # --- observability (metrics.py, observe.py) ---------------------------

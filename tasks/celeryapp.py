@@ -54,7 +54,10 @@ def make_app(settings: Settings | None = None) -> Celery:
         result_expires=3600,
         broker_connection_retry_on_startup=True,
         # a write whose worker died is redelivered after this (Redis transport)
-        broker_transport_options={"visibility_timeout": 3600},
+        broker_transport_options={
+            "visibility_timeout": settings.broker_visibility_timeout_s,
+            "unacked_restore_interval": min(10.0, settings.broker_visibility_timeout_s),
+        },
         beat_schedule={
             SWEEP_SCHEDULE_NAME: {
                 "task": queue_client.SWEEP,

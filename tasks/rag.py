@@ -111,3 +111,50 @@ def index(self, request: dict) -> dict:
     except SoftTimeLimitExceeded:
         raise RagTaskError("task_timeout", "Indexing hit the worker's time limit (1 h); progress is kept.", "Re-run: unchanged files are skipped.") from None
     return summary.report().model_dump(mode="json")
+
+
+@app.task(name=queue_client.OVERLAY_UPSERT, bind=True, soft_time_limit=300, time_limit=330, **WRITE_OPTIONS)
+def overlay_upsert(self, request: dict) -> dict:
+    """OverlayUpsertRequest JSON → OverlayReport JSON, through `overlay.upsert_overlay` (deterministic ids)."""
+    from moonmind_worker.contracts import OverlayReport, OverlayUpsertRequest
+    from moonmind_worker.overlay import parse_duration, upsert_overlay
+
+    req = _validate(OverlayUpsertRequest, request, "overlay upsert request")
+    try:
+        ttl_s = parse_duration(req.ttl)
+        settings, embedder, store = _resources()
+        summary = upsert_overlay(
+            req.paths, root=req.root, run_id=req.run_id, ttl_s=ttl_s, repo=req.repo, tenant=req.tenant,
+            settings=settings, embedder=embedder, store=store,
+        )
+    except MoonmindError as err:
+        _retry_or_fail(self, err)
+    except SoftTimeLimitExceeded:
+        raise RagTaskError("task_timeout", "The overlay upsert hit the worker's time limit (5 min).", "Upsert fewer files per call.") from None
+    return OverlayReport(**summary.as_dict(), line=summary.line()).model_dump(mode="json")
+
+
+@app.task(name=queue_client.OVERLAY_CLEAN, bind=True, soft_time_limit=120, time_limit=150, **WRITE_OPTIONS)
+def overlay_clean(self, request: dict) -> dict:
+    """OverlayCleanRequest JSON → OverlayCleanResult JSON, through `overlay.clean_overlay` (a filter delete: idempotent)."""
+    return _clean(self, request)
+
+
+@app.task(name=queue_client.SWEEP, bind=True, soft_time_limit=120, time_limit=150, **WRITE_OPTIONS)
+def sweep_expired_overlays(self) -> dict:
+    """The beat job: remove every expired overlay point (never a live one)."""
+    return _clean(self, {"run_id": None, "expired": True})
+
+
+def _clean(task, request: dict) -> dict:
+    from moonmind_worker.contracts import OverlayCleanRequest, OverlayCleanResult
+    from moonmind_worker.overlay import clean_overlay
+
+    req = _validate(OverlayCleanRequest, request, "overlay clean request")
+    try:
+        settings, _, store = _resources()
+        removed = clean_overlay(run_id=req.run_id, expired=req.expired, settings=settings, store=store)
+    except MoonmindError as err:
+        _retry_or_fail(task, err)
+    return OverlayCleanResult(removed=removed, run_id=req.run_id, expired=req.expired).model_dump(mode="json")
+

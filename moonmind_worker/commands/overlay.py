@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import MoonmindError
+from .rag import add_execution_arguments, execution_mode, print_task_id, queue_timeout, run_queued
 
 
 def register(groups: dict) -> None:
@@ -25,6 +26,7 @@ def register(groups: dict) -> None:
     u.add_argument("--tenant", default=None, help="tenant (default: MOONMIND_TENANT)")
     u.add_argument("--root", default=None, help="workspace root (default: the enclosing git work tree, else the current directory)")
     u.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_execution_arguments(u, write=True)
     u.set_defaults(_handler=cmd_upsert)
 
     c = sub.add_parser("clean", help="remove a run's overlay, or every expired overlay point")
@@ -32,6 +34,7 @@ def register(groups: dict) -> None:
     which.add_argument("--run-id", default=None, help="run whose overlay to remove (default: MOONMIND_RUN_ID)")
     which.add_argument("--expired", action="store_true", help="the TTL sweep: remove every expired overlay point")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_execution_arguments(c, write=True)
     c.set_defaults(_handler=cmd_clean)
 
     ls = sub.add_parser("list", help="what is overlaid, with expiry")
@@ -50,18 +53,23 @@ def default_root(start: Path | None = None) -> Path:
 
 
 def cmd_upsert(args: argparse.Namespace) -> int:
-    from ..cli import note
-    from ..overlay import parse_duration, upsert_overlay
-    from ..runtime import get_embedder, get_store
     from ..settings import get_settings
 
     settings = get_settings()
-    ttl_s = parse_duration(args.ttl)
     root = Path(args.root) if args.root else default_root()
     if not root.is_dir():
         raise MoonmindError("invalid_argument", f"Workspace root {args.root} is not a directory.", "Pass --root DIR.")
     # shell paths are relative to the current directory, as for any command
     paths = [p if os.path.isabs(p) else os.path.abspath(p) for p in args.paths]
+    if execution_mode(args) == "queue":
+        return upsert_queued(args, settings, root, paths)
+    if args.no_wait:
+        raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
+
+    from ..overlay import parse_duration, upsert_overlay
+    from ..runtime import get_embedder, get_store
+
+    ttl_s = parse_duration(args.ttl)
     summary = upsert_overlay(
         paths,
         root=root,
@@ -73,25 +81,82 @@ def cmd_upsert(args: argparse.Namespace) -> int:
         embedder=get_embedder(settings),
         store=get_store(settings),
     )
-    for s in summary.skipped:
-        note(f"skipped {s.path}: {s.reason}")
-    for rel in summary.tombstones:
-        note(f"tombstoned {rel}: missing or empty, its canonical chunks are hidden for run {summary.run_id}")
+    return print_overlay_report({**summary.as_dict(), "line": summary.line()}, args)
+
+
+def print_overlay_report(report: dict, args: argparse.Namespace) -> int:
+    """One rendering of an upsert, for sync and queue alike (`report` is OverlayReport's JSON)."""
+    from ..cli import note
+
+    for s in report["skipped"]:
+        note(f"skipped {s['path']}: {s['reason']}")
+    for rel in report["tombstones"]:
+        note(f"tombstoned {rel}: missing or empty, its canonical chunks are hidden for run {report['run_id']}")
     if args.json:
-        sys.stdout.write(json.dumps(summary.as_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps({k: v for k, v in report.items() if k != "line"}, indent=2) + "\n")
     else:
-        sys.stdout.write(summary.line() + "\n")
+        sys.stdout.write(report["line"] + "\n")
     return 0
 
 
+def _scope(value: str | None, what: str, flag: str, env: str) -> str:
+    if not (value or "").strip():
+        raise MoonmindError("invalid_argument", f"No {what} given.", f"Pass {flag} or export {env}.")
+    return value.strip()
+
+
+def upsert_queued(args: argparse.Namespace, settings, root: Path, paths: list[str]) -> int:
+    """Send the upsert to a warm worker (paths are absolute: the worker must see the same workspace)."""
+    from pydantic import ValidationError
+
+    from ..contracts import OverlayReport, OverlayUpsertRequest
+    from ..queue_client import OVERLAY_UPSERT
+
+    request = OverlayUpsertRequest(
+        paths=paths, root=str(root.resolve()), ttl=args.ttl,
+        run_id=_scope(args.run_id or settings.run_id, "run id", "--run-id", "MOONMIND_RUN_ID"),
+        repo=_scope(args.repo or settings.repo, "repo", "--repo", "MOONMIND_REPO"),
+        tenant=_scope(args.tenant or settings.tenant, "tenant", "--tenant", "MOONMIND_TENANT"),
+    )
+    wait = not args.no_wait
+    out = run_queued(OVERLAY_UPSERT, {"request": request.model_dump(mode="json")}, queue=settings.index_queue,
+                     timeout_s=queue_timeout(args), wait=wait)
+    if not wait:
+        return print_task_id(out, args)
+    try:
+        report = OverlayReport.model_validate(out)
+    except ValidationError:
+        raise MoonmindError("internal_error", "The worker returned something that is not an OverlayReport.",
+                            "Check that the worker runs the same moonmind-worker version as this CLI.") from None
+    return print_overlay_report(report.model_dump(mode="json"), args)
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
-    from ..overlay import clean_overlay
-    from ..runtime import get_store
     from ..settings import get_settings
 
     settings = get_settings()
     run_id = None if args.expired else (args.run_id or settings.run_id)
-    removed = clean_overlay(run_id=run_id, expired=args.expired, settings=settings, store=get_store(settings))
+    if execution_mode(args) == "queue":
+        from ..queue_client import OVERLAY_CLEAN
+
+        if run_id is None and not args.expired:
+            raise MoonmindError(
+                "invalid_argument", "Nothing to clean: no run id and --expired not given.",
+                "Pass --run-id ID (or export MOONMIND_RUN_ID) to drop a run's overlay, or --expired for the TTL sweep.",
+            )
+        wait = not args.no_wait
+        out = run_queued(OVERLAY_CLEAN, {"request": {"run_id": run_id, "expired": args.expired}},
+                         queue=settings.index_queue, timeout_s=queue_timeout(args), wait=wait)
+        if not wait:
+            return print_task_id(out, args)
+        removed = int(out["removed"])
+    else:
+        if args.no_wait:
+            raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
+        from ..overlay import clean_overlay
+        from ..runtime import get_store
+
+        removed = clean_overlay(run_id=run_id, expired=args.expired, settings=settings, store=get_store(settings))
     what = "expired overlay points" if args.expired else f"overlay points of run {run_id}"
     if args.json:
         sys.stdout.write(json.dumps({"removed": removed, "run_id": run_id, "expired": args.expired}) + "\n")
