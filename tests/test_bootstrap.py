@@ -198,19 +198,34 @@ def job_app(env, monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
-def test_celery_job_task_sees_the_capability_and_its_environment_then_cleans_its_overlay(indexed, job_app, bus):
+def test_celery_job_task_sees_the_capability_and_its_environment_then_its_overlay_is_cleaned(indexed, job_app, bus, tmp_path):
     from celery.contrib.testing.worker import start_worker
 
+    from moonmind_worker import runtime
+    from moonmind_worker.overlay import upsert_overlay
+    from moonmind_worker.settings import get_settings
+    from moonmind_worker.store import Match, Where
+
     app, sq, iq, seen = job_app
+    settings = get_settings()
+    store = runtime.get_store(settings)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.py").write_text("def rotate_tokens():\n    return 'rotated'\n")
+    upsert_overlay([ws / "notes.py"], root=ws, run_id="run-celery", ttl_s=3600, repo="demo", tenant="acme",
+                   settings=settings, embedder=runtime.get_embedder(settings), store=store)
+    overlay = store.count(Where(must=(Match("run_id", "run-celery"),)))
+    assert overlay > 0
     m = {"job_id": "job-celery", "run_id": "run-celery", "repo": "demo", "tenant": "acme", "capabilities": {}}
-    with start_worker(app, pool="solo", perform_ping_check=False, queues=[sq], shutdown_timeout=10):
-        redis().zadd(f"moonmind:consumers:{iq}", {"test@host": time.time()})
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=[sq, iq], shutdown_timeout=10):
         assert app.send_task("test.job.run", kwargs={"manifest": m}, queue=sq).get(timeout=60) == "done"
+        got = {e["event"]: e for e in bus(2)}
+        clean_id = got["job_rag_finished"]["overlay_clean"]["task_id"]
+        cleaned = app.AsyncResult(clean_id).get(timeout=60)
     assert seen == {"capability": "direct-qdrant", "env_job_id": "job-celery", "snippet": SNIPPET}
-    names = [e["event"] for e in bus(2)]
-    assert names == ["rag_capability_resolved", "job_rag_finished"]
-    message = json.loads(redis().lindex(iq, 0))
-    assert message["headers"]["task"] == "moonmind.rag.overlay_clean"
+    assert got["rag_capability_resolved"]["job_id"] == "job-celery"
+    assert cleaned == {"removed": overlay, "run_id": "run-celery", "expired": False}
+    assert store.count(Where(must=(Match("run_id", "run-celery"),))) == 0
 
 
 def test_celery_job_requiring_rag_is_blocked_before_its_body_runs(job_app):

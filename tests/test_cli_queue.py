@@ -14,7 +14,6 @@ import socket
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 

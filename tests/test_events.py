@@ -130,3 +130,22 @@ def test_events_url_off_disables_publishing_even_with_a_broker(fresh_events, cap
     fresh_events.setenv("MOONMIND_EVENTS_URL", "off")
     events.publish("doctor_failed")
     assert any("queue events are off" in r.getMessage() for r in caplog.records)
+
+
+def test_a_dead_broker_does_not_break_or_change_a_sync_search(indexed, cli):
+    """Events are breadcrumbs: a configured broker that never answers costs at most the event timeout."""
+    query = ["rag", "search", "--query", "where are bearer tokens checked", "--filters", "repo=demo"]
+    clean = cli(*query)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        started = time.perf_counter()
+        r = cli(*query, extra_env={"CELERY_BROKER_URL": f"redis://127.0.0.1:{server.getsockname()[1]}/4",
+                                   "MOONMIND_EVENTS_TIMEOUT_S": "0.3"})
+        elapsed = time.perf_counter() - started
+    finally:
+        server.close()
+    assert r.code == 0 and clean.code == 0
+    assert r.stdout == clean.stdout and "auth/tokens.py" in r.stdout
+    assert elapsed < 30
