@@ -30,14 +30,16 @@ def bus(env):
     bound = q(conn.default_channel)
     bound.declare()
 
-    def drain(expected: int, wait_s: float = 3.0) -> list[dict]:
-        out, deadline = [], time.monotonic() + wait_s
-        while time.monotonic() < deadline and len(out) < expected:
+    def drain(*names: str, wait_s: float = 5.0) -> dict[str, dict]:
+        """The first event of each name, waiting until all arrived; other events (search telemetry) are skipped."""
+        out: dict[str, dict] = {}
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not set(names) <= set(out):
             m = bound.get(no_ack=True)
             if m is None:
                 time.sleep(0.02)
-            else:
-                out.append(m.payload)
+            elif m.payload["event"] in names:
+                out.setdefault(m.payload["event"], m.payload)
         return out
 
     yield drain
@@ -74,9 +76,8 @@ def test_direct_capability_prints_the_banner_and_fills_the_manifest(indexed, cli
     assert rag["doctor"]["ok"] is True and any(c["name"] == "query" and c["ok"] for c in rag["doctor"]["checks"])
     assert rag["environment"] == {"MOONMIND_JOB_ID": m["job_id"], "MOONMIND_RUN_ID": "run-42", "MOONMIND_REPO": "demo", "MOONMIND_TENANT": "acme"}
     assert f"export MOONMIND_JOB_ID={m['job_id']}\n" in (tmp_path / "job.env").read_text()
-    got = bus(1)
-    event = next((e for e in got if e["event"] == "rag_capability_resolved"), None)
-    assert event is not None and event["capability"] == "direct-qdrant", got
+    event = bus("rag_capability_resolved")["rag_capability_resolved"]
+    assert event["capability"] == "direct-qdrant"
     assert (event["job_id"], event["run_id"], event["repo"], event["tenant"]) == (m["job_id"], "run-42", "demo", "acme")
     assert event["event_id"].startswith("evt_") and event["timestamp"]
 
@@ -110,8 +111,7 @@ def test_a_healthy_gateway_resolves_to_the_gateway_capability(cli, env, tmp_path
     assert r.stdout == BANNER + "\n"
     m = json.loads(open(path).read())
     assert m["capabilities"]["rag"] == "gateway" and m["rag"]["blocked"] is False
-    got = bus(1)
-    assert [e.get("capability") for e in got if e["event"] == "rag_capability_resolved"] == ["gateway"], got
+    assert bus("rag_capability_resolved")["rag_capability_resolved"]["capability"] == "gateway"
 
 
 def test_no_retrieval_leaves_the_capability_absent_with_the_reason(cli, env, tmp_path, bus):
@@ -123,7 +123,7 @@ def test_no_retrieval_leaves_the_capability_absent_with_the_reason(cli, env, tmp
     assert m["capabilities"] == {"git": True}
     assert m["rag"]["available"] is False and m["rag"]["prompt_snippet"] is None
     assert "does not exist" in m["rag"]["reason"] and m["rag"]["blocked"] is False
-    got = {e["event"]: e for e in bus(2)}
+    got = bus("rag_capability_resolved", "doctor_failed")
     assert got["rag_capability_resolved"]["capability"] is None
     assert got["doctor_failed"]["blocked"] is False and got["doctor_failed"]["checks"][0]["name"] == "collection"
 
@@ -136,7 +136,7 @@ def test_doctor_failure_blocks_a_job_that_requires_rag_with_the_remedy(cli, env,
     assert err["code"] == "job_blocked" and "moonmind rag index" in err["action"]
     m = json.loads(open(path).read())
     assert m["rag"]["blocked"] is True and m["rag"]["remedy"] == err["action"]
-    got = {e["event"]: e for e in bus(2)}
+    got = bus("rag_capability_resolved", "doctor_failed")
     assert got["doctor_failed"]["blocked"] is True and got["rag_capability_resolved"]["blocked"] is True
 
 
@@ -154,8 +154,8 @@ def test_job_finish_enqueues_the_overlay_clean_for_the_run_and_emits_finished(cl
         assert clean["run_id"] == "run-42" and res.stdout.strip().endswith(clean["task_id"])
         message = json.loads(r.lindex(iq, 0))
         assert message["headers"]["task"] == "moonmind.rag.overlay_clean" and message["headers"]["id"] == clean["task_id"]
-        [event] = bus(1)
-        assert event["event"] == "job_rag_finished" and event["outcome"] == "failure" and event["run_id"] == "run-42"
+        event = bus("job_rag_finished")["job_rag_finished"]
+        assert event["outcome"] == "failure" and event["run_id"] == "run-42"
         assert event["overlay_clean"]["task_id"] == clean["task_id"]
     finally:
         purge(iq)
@@ -219,7 +219,7 @@ def test_celery_job_task_sees_the_capability_and_its_environment_then_its_overla
     m = {"job_id": "job-celery", "run_id": "run-celery", "repo": "demo", "tenant": "acme", "capabilities": {}}
     with start_worker(app, pool="solo", perform_ping_check=False, queues=[sq, iq], shutdown_timeout=10):
         assert app.send_task("test.job.run", kwargs={"manifest": m}, queue=sq).get(timeout=60) == "done"
-        got = {e["event"]: e for e in bus(2)}
+        got = bus("rag_capability_resolved", "job_rag_finished")
         clean_id = got["job_rag_finished"]["overlay_clean"]["task_id"]
         cleaned = app.AsyncResult(clean_id).get(timeout=60)
     assert seen == {"capability": "direct-qdrant", "env_job_id": "job-celery", "snippet": SNIPPET}
