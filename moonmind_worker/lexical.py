@@ -13,6 +13,7 @@ import math
 import re
 import zlib
 from collections import Counter
+from functools import lru_cache
 
 _TOKEN = re.compile(r"[A-Za-z0-9_]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -43,15 +44,28 @@ def terms(text: str) -> list[str]:
     """Identifier-aware terms: whole identifiers lowercased plus their camel/snake parts, stemmed."""
     out: list[str] = []
     for tok in _TOKEN.findall(text):
-        low = tok.lower()
-        parts = [p.lower() for piece in tok.split("_") for p in _CAMEL.findall(piece)]
-        if len(parts) > 1 or (parts and parts[0] != low.strip("_")):
-            if len(low) > 1 and low not in STOPWORDS:
-                out.append(low)
-            out.extend(_stem(p) for p in parts if len(p) > 1 and p not in STOPWORDS)
-        elif len(low) > 1 and low not in STOPWORDS:
-            out.append(_stem(low))
+        out.extend(_token_terms(tok))
     return out
+
+
+@lru_cache(maxsize=1 << 17)
+def _token_terms(tok: str) -> tuple[str, ...]:
+    """The terms of one token. Cached: code repeats its identifiers, and this was most of indexing time."""
+    out: list[str] = []
+    low = tok.lower()
+    parts = [p.lower() for piece in tok.split("_") for p in _CAMEL.findall(piece)]
+    if len(parts) > 1 or (parts and parts[0] != low.strip("_")):
+        if len(low) > 1 and low not in STOPWORDS:
+            out.append(low)
+        out.extend(_stem(p) for p in parts if len(p) > 1 and p not in STOPWORDS)
+    elif len(low) > 1 and low not in STOPWORDS:
+        out.append(_stem(low))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1 << 17)
+def _token_ids(tok: str) -> tuple[int, ...]:
+    return tuple(term_id(t) for t in _token_terms(tok))
 
 
 def term_id(term: str) -> int:
@@ -61,7 +75,7 @@ def term_id(term: str) -> int:
 
 def document_vector(text: str) -> tuple[list[int], list[float]]:
     """BM25 term-frequency weights (the IDF part is applied by Qdrant)."""
-    counts = Counter(term_id(t) for t in terms(text))
+    counts = Counter(i for tok in _TOKEN.findall(text) for i in _token_ids(tok))
     length = sum(counts.values()) or 1
     norm = K1 * (1 - B + B * length / AVG_LEN)
     ids = sorted(counts)

@@ -53,12 +53,18 @@ def default_threshold(settings: Settings, model: str) -> float:
     return THRESHOLDS.get(model, FALLBACK_THRESHOLD)
 
 
+#: Payload fields candidates carry through fusion, overlay merge, dedupe and ordering;
+#: the full payload (chunk text included) is fetched for the final top_k only.
+CANDIDATE_FIELDS = ("path", "chunk_hash", "offset_start", "trust_class", "run_id", "expires_at", "deleted")
+
+
 @dataclass
 class Candidate:
     payload: dict
     cosine: float
     bm25: float
     score: float = 0.0
+    id: str = ""
 
 
 def canonical_where(query: RetrievalQuery) -> Where:
@@ -89,12 +95,12 @@ def prepare_query_text(text: str, max_chars: int) -> tuple[str, list[str]]:
 def _fuse(qvec: np.ndarray, dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
     by_id: dict[str, Candidate] = {}
     for h in dense_hits:
-        by_id[h.id] = Candidate(h.payload, cosine=h.score, bm25=0.0)
+        by_id[h.id] = Candidate(h.payload, cosine=h.score, bm25=0.0, id=h.id)
     for h in sparse_hits:
         c = by_id.get(h.id)
         if c is None:
             cosine = float(np.dot(qvec, h.dense)) if h.dense is not None else 0.0
-            by_id[h.id] = Candidate(h.payload, cosine=cosine, bm25=h.score)
+            by_id[h.id] = Candidate(h.payload, cosine=cosine, bm25=h.score, id=h.id)
         else:
             c.bm25 = h.score
     best = max((c.bm25 for c in by_id.values()), default=0.0)
@@ -136,9 +142,12 @@ def retrieve_context_pack(
     ids, values = lexical.query_vector(text)
     where = canonical_where(query)
     pool = max(top_k * 4, 40)
-    specs = [SearchSpec(where=where, limit=pool, dense=qvec)]
+    specs = [SearchSpec(where=where, limit=pool, dense=qvec, fields=CANDIDATE_FIELDS)]
     if ids:
-        specs.append(SearchSpec(where=where, limit=pool, sparse=SparseVec(ids, values), with_dense_vector=True))
+        specs.append(
+            SearchSpec(where=where, limit=pool, sparse=SparseVec(ids, values), with_dense_vector=True,
+                       fields=CANDIDATE_FIELDS)
+        )
     plan = overlay.plan_search(query, specs)  # the run's live overlay joins the same batched request
     specs = specs + plan.specs
     results = store.search(specs)
@@ -149,7 +158,8 @@ def retrieve_context_pack(
 
     best_score = max((c.score for c in ranked), default=None)
     kept = [c for c in ranked if c.score >= threshold][:top_k]
-    items = [item_from_payload(c.payload, c.score) for c in kept]
+    full = {h.id: h.payload for h in store.retrieve([c.id for c in kept])}
+    items = [item_from_payload(full[c.id], c.score) for c in kept if c.id in full]
     truncated = False
     if budgets and budgets.tokens:
         items, truncated = trim_to_tokens(items, budgets.tokens)

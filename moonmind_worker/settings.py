@@ -2,16 +2,22 @@
 
 Why one object: every entry point (CLI, Celery task, gateway) must agree on the
 collection, the embedding model and the store, or retrieval silently degrades.
+
+Why not pydantic-settings: importing it costs ~0.2 s of CPU per process (asyncio,
+pydantic dataclasses, every cloud source), a third of the whole `rag search`
+budget. The rules it applied are kept exactly: each field is read from its env
+alias(es), case-insensitively; the real environment beats `.env`; keyword
+arguments (field name or alias) beat both; `_env_file=None` skips `.env`.
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 EmbeddingProvider = Literal["static", "openai", "google", "ollama"]
 
@@ -24,8 +30,11 @@ DEFAULT_MODELS: dict[str, str] = {
 }
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    def __init__(self, _env_file: str | Path | None = ".env", **values: Any) -> None:
+        super().__init__(**_with_environment(type(self), values, _env_file))
 
     # --- store -----------------------------------------------------------
     qdrant_url: str | None = Field(None, validation_alias="QDRANT_URL")
@@ -150,6 +159,35 @@ class Settings(BaseSettings):
             if s is not None and s.get_secret_value():
                 out.append(s.get_secret_value())
         return out
+
+
+def _aliases(field) -> list[str]:
+    alias = field.validation_alias
+    if isinstance(alias, str):
+        return [alias]
+    if isinstance(alias, AliasChoices):
+        return [a for a in alias.choices if isinstance(a, str)]
+    return []
+
+
+def _with_environment(cls: type[BaseModel], values: dict[str, Any], env_file: str | Path | None) -> dict[str, Any]:
+    """`values` plus, for every field not given, its value from the environment or `.env`."""
+    env: dict[str, str] = {}
+    if env_file is not None and Path(env_file).is_file():
+        from dotenv import dotenv_values
+
+        env.update((k.upper(), v) for k, v in dotenv_values(env_file).items() if v is not None)
+    env.update((k.upper(), v) for k, v in os.environ.items())
+    out = dict(values)
+    for name, field in cls.model_fields.items():
+        aliases = _aliases(field)
+        if name in values or any(a in values for a in aliases):
+            continue
+        for alias in aliases:
+            if alias.upper() in env:
+                out[alias] = env[alias.upper()]
+                break
+    return out
 
 
 @lru_cache(maxsize=1)

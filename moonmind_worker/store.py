@@ -96,7 +96,10 @@ class SearchSpec:
     dense: np.ndarray | None = None
     sparse: SparseVec | None = None
     with_dense_vector: bool = False
-    fields: tuple[str, ...] | None = None  # payload keys to return; None = the whole payload
+    #: payload keys to return; None = the whole payload. Why a field list: candidates only
+    #: need what fusion reads; full payloads (chunk text included) are fetched for the final
+    #: top_k alone, with `Store.retrieve`.
+    fields: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -134,6 +137,8 @@ class Store(Protocol):
 
     def search(self, specs: Sequence[SearchSpec]) -> list[list[Hit]]: ...
 
+    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]: ...
+
     def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]: ...
 
     def count(self, where: Where | None = None) -> int: ...
@@ -164,6 +169,7 @@ class EdgeStore:
         self.dir = Path(root) / collection
         self._shard = None
         self._lock_fd: int | None = None
+        self._dirty = False  # a search-only session has nothing to flush (a flush costs fsyncs)
 
     # -- ownership --------------------------------------------------------
     def _acquire(self) -> None:
@@ -267,6 +273,7 @@ class EdgeStore:
         if not points:
             return
         shard = self._open()
+        self._dirty = True
         shard.update(
             UpdateOperation.upsert_points(
                 [
@@ -287,12 +294,14 @@ class EdgeStore:
         from qdrant_edge import UpdateOperation
 
         self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(where)))
+        self._dirty = True
 
     def delete_ids(self, ids: Sequence[str]) -> None:
         from qdrant_edge import UpdateOperation
 
         if ids:
             self._open().update(UpdateOperation.delete_points(list(ids)))
+            self._dirty = True
 
     def search(self, specs: Sequence[SearchSpec]) -> list[list[Hit]]:
         from qdrant_edge import Query, QueryBatchRequest, QueryRequest, SparseVector
@@ -309,12 +318,31 @@ class EdgeStore:
                     limit=s.limit,
                     query=q,
                     filter=_edge_filter(s.where),
-                    with_payload=list(s.fields) if s.fields is not None else True,
+                    with_payload=False,
                     with_vector=[DENSE] if s.with_dense_vector else False,
                 )
             )
-        results = shard.query_batch(QueryBatchRequest(requests))
-        return [[_edge_hit(p) for p in points] for points in results]
+        results = [[_edge_hit(p) for p in points] for points in shard.query_batch(QueryBatchRequest(requests))]
+        # Payloads come from one lookup by id per field set: Edge reads payload far faster by id
+        # than inside a query (measured 0.5 ms vs 7-20 ms for 40 candidates at 23k points).
+        wanted: dict[Any, list[Hit]] = {}
+        for s, hits in zip(specs, results):
+            wanted.setdefault(True if s.fields is None else tuple(s.fields), []).extend(hits)
+        for key, hits in wanted.items():
+            if not hits:
+                continue
+            found = {h.id: h.payload for h in self.retrieve(list(dict.fromkeys(h.id for h in hits)), key)}
+            for h in hits:
+                h.payload = found.get(h.id)  # None: deleted between the query and the lookup
+        return [[h for h in hits if h.payload is not None] for hits in results]
+
+    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]:
+        """Points by id with the payload fields asked for, in the order asked; missing ids are skipped."""
+        if not ids:
+            return []
+        records = self._open().retrieve(list(ids), with_payload=_fields(fields), with_vector=False)
+        by_id = {str(r.id): r for r in records}
+        return [Hit(id=i, score=0.0, payload=dict(by_id[i].payload or {})) for i in ids if i in by_id]
 
     def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]:
         from qdrant_edge import ScrollRequest
@@ -341,17 +369,22 @@ class EdgeStore:
         self._open().optimize()
 
     def flush(self) -> None:
-        if self._shard is not None:
+        if self._shard is not None and self._dirty:
             self._shard.flush()
+            self._dirty = False
 
     def close(self) -> None:
         if self._shard is not None:
-            self._shard.flush()
+            self.flush()
             self._shard.close()
             self._shard = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _fields(fields: Sequence[str] | bool) -> list[str] | bool:
+    return fields if isinstance(fields, bool) else list(fields)
 
 
 def _edge_hit(p) -> Hit:
@@ -553,6 +586,17 @@ class QdrantClientStore:
                 hits.append(Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {}), dense=vec))
             out.append(hits)
         return out
+
+    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]:
+        """Points by id with the payload fields asked for, in the order asked; missing ids are skipped."""
+        if not ids:
+            return []
+        records = self._call(
+            lambda: self._client.retrieve(self.collection, ids=list(ids), with_payload=_fields(fields), with_vectors=False),
+            "Qdrant retrieve",
+        )
+        by_id = {str(r.id): r for r in records}
+        return [Hit(id=i, score=0.0, payload=dict(by_id[i].payload or {})) for i in ids if i in by_id]
 
     def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]:
         offset = None

@@ -245,3 +245,20 @@ def test_second_process_on_a_busy_local_mode_path_gets_store_busy(cli, repo, tmp
         assert r.error()["code"] == "store_busy"
     finally:
         holder.close()
+
+
+def test_search_returns_only_the_requested_payload_fields(filled):
+    dense, sparse = filled.search([
+        _dense(limit=2, fields=("path", "n")),
+        SearchSpec(where=Where(), limit=10, sparse=SparseVec([3], [1.0]), fields=("n",)),
+    ])
+    assert [h.payload for h in dense] == [{"path": "x.py", "n": 0}, {"path": "y.py", "n": 1}]
+    assert sorted(h.payload["n"] for h in sparse) == [1, 2] and all(set(h.payload) == {"n"} for h in sparse)
+
+
+def test_retrieve_returns_full_payloads_in_the_order_asked(filled):
+    hits = filled.retrieve([_id(3), _id(0), str(uuid.UUID(int=999)), _id(1)])
+    assert [h.payload["n"] for h in hits] == [3, 0, 1]  # the unknown id is skipped
+    assert hits[0].payload["text"] == "chunk 3" and hits[0].payload["path"] == "z.md"
+    assert [h.payload for h in filled.retrieve([_id(2)], ["path"])] == [{"path": "x.py"}]
+    assert filled.retrieve([]) == []
