@@ -352,3 +352,19 @@ def test_token_budget_through_the_cli_drops_whole_items(e2e_env, hostile_repo):
     assert pack["truncated"] is True
     assert [i["chunk_id"] for i in pack["items"]] == [i["chunk_id"] for i in full["items"][:3]]
     assert pack["usage"]["tokens"] <= budget
+
+
+def test_overlay_edit_is_marked_as_the_workers_own_uncommitted_edit_through_the_cli(e2e_env, hostile_repo, tmp_path):
+    repo, root = hostile_repo
+    (root / "wip.py").write_text("def hostile_wip():\n    '''hostile content marker, not committed: ```` \x1b[2J'''\n")
+    r = moonmind(e2e_env, "rag", "overlay", "upsert", str(root / "wip.py"), "--run-id", "run-x", "--repo", repo,
+                 "--tenant", "t", "--root", str(root))
+    assert r.returncode == 0, r.stderr
+    pack = search_all(e2e_env, repo, "--filters", f"repo={repo}", "run_id=run-x")
+    items = [ContextItem.model_validate(i) for i in pack["items"]]
+    assert_round_trip(pack["context_text"], items)
+    assert_inert(pack["context_text"])
+    overlay = [p for p in parse_context_text(pack["context_text"]) if p.trust_class == "overlay"]
+    assert [p.citation for p in overlay] == ["wip.py#L1-L2"]
+    line = next(ln for ln in pack["context_text"].split("\n") if ln.startswith(f"{overlay[0].number}. [wip.py"))
+    assert f"trust=overlay ({ORIGIN['overlay']})" in line
