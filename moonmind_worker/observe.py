@@ -40,6 +40,7 @@ PACKS_DIR = "context-packs"
 BREADCRUMBS_FILE = "breadcrumbs.jsonl"
 
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._-]+")
+_made_dirs: set[Path] = set()  # directories already created by this process (one mkdir each, not per search)
 _record_packs: contextvars.ContextVar[bool] = contextvars.ContextVar("moonmind_record_packs", default=True)
 
 
@@ -218,13 +219,15 @@ def record_pack(pack: Any, settings: Any = None) -> Path | None:
     ]
     written: Path | None = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.parent not in _made_dirs:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _made_dirs.add(target.parent)
         tmp = target.with_suffix(f".tmp.{os.getpid()}")
-        tmp.write_text(pack.model_dump_json(indent=2), encoding="utf-8")
+        tmp.write_text(pack.model_dump_json(), encoding="utf-8")
         tmp.replace(target)
         written = target
     except OSError:
-        pass
+        _made_dirs.discard(target.parent)  # removed underneath us: create it again next time
     crumb = {
         "event": "context_pack_created",
         "context_pack_id": pack.telemetry_id,

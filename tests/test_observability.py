@@ -309,6 +309,19 @@ def test_embedding_connectivity_failure_emits_embedding_aborted_before_exit(
     assert not statsd_server.only(lines, "moonmind.rag.search.latency_ms")
 
 
+def test_unreachable_qdrant_emits_embedding_aborted_before_exit(mm, consumer, statsd_server):
+    """Spec 01 US2-1, the Qdrant half: the store cannot be reached."""
+    env = {**SCOPE, **consumer.env, **statsd_server.env, "QDRANT_URL": f"http://127.0.0.1:{_closed_port()}"}
+    r = mm("rag", "search", "--query", "bearer token", "--json", extra_env=env)
+    assert r.code == 4 and r.stdout == ""
+    assert r.error()["code"] == "qdrant_unreachable"
+    aborted = _one(consumer.drain(until="embedding_aborted"), "embedding_aborted")
+    assert aborted["reason"] == "qdrant_unreachable" and aborted["stage"] == "search"
+    assert aborted["attempts"] >= 1
+    _assert_scope(aborted)
+    assert statsd_server.only(statsd_server.lines(), "moonmind.rag.search.errors") == [(1.0, "c")]
+
+
 def test_embedding_server_error_reports_every_attempt(env, monkeypatch, embed_server, consumer, tmp_path):
     from moonmind_worker import events, metrics
     from moonmind_worker.embedding import make_embedder
