@@ -1,0 +1,121 @@
+"""Small measuring helpers: robust summaries, per-process peak memory, timed subprocesses."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Figure:
+    """One reported number: median and spread over `n` repeated measurements."""
+
+    name: str
+    unit: str
+    values: list[float]
+    goal: str = ""
+    met: bool | None = None
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else float("nan")
+
+    @property
+    def spread(self) -> str:
+        if len(self.values) < 2:
+            return "—"
+        return f"{fmt(min(self.values))}–{fmt(max(self.values))}"
+
+
+def fmt(x: float) -> str:
+    if x != x:  # NaN
+        return "n/a"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, q in [0, 100]."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+@dataclass
+class ProcResult:
+    wall_s: float
+    maxrss_mib: float
+    code: int
+    stdout: str
+    stderr: str
+
+
+# A small launcher process starts the measured command and reaps it with wait4:
+# ru_maxrss persists across execve, so a child forked straight from a big
+# parent (this suite) would report the parent's size instead of its own.
+_LAUNCHER = r"""
+import json, os, subprocess, sys
+out = sys.argv[1]
+p = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(p.pid, 0)
+open(out, "w").write(json.dumps({"code": os.waitstatus_to_exitcode(status), "maxrss_kb": usage.ru_maxrss}))
+"""
+
+
+def run_measured(cmd: list[str], env: dict[str, str], timeout: float = 300, cwd: str | None = None) -> ProcResult:
+    """Run a command to completion: wall time (launcher overhead excluded) and its own peak RSS (MiB)."""
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as rec:
+        started = time.perf_counter()
+        p = subprocess.run([sys.executable, "-c", _LAUNCHER, rec.name, *cmd], env=env, cwd=cwd, capture_output=True,
+                           text=True, timeout=timeout)
+        wall = time.perf_counter() - started
+        data = json.loads(open(rec.name).read() or "{}")
+    if p.returncode != 0 and "code" not in data:
+        raise RuntimeError(f"launcher failed: {p.stderr[-500:]}")
+    return ProcResult(wall - _launcher_overhead(), data["maxrss_kb"] / 1024, data["code"], p.stdout, p.stderr)
+
+
+_OVERHEAD: list[float] = []
+
+
+def _launcher_overhead() -> float:
+    """Seconds the launcher itself adds (a bare interpreter start), measured once: subtracted from walls."""
+    if not _OVERHEAD:
+        runs = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "import json, os, subprocess, sys"], check=True)
+            runs.append(time.perf_counter() - t0)
+        _OVERHEAD.append(min(runs))
+    return _OVERHEAD[0]
+
+
+def vm_hwm_mib(pid: int) -> float:
+    """Peak resident memory of a live process (VmHWM), MiB; NaN if unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def self_peak_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
