@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "moonmind_worker.commands.quality",
     "moonmind_worker.commands.packs",
     "moonmind_worker.commands.job",
+    "moonmind_worker.commands.sync",
 ]
 
 GROUPS = {

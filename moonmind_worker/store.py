@@ -194,8 +194,14 @@ class EdgeStore:
         self._lock_fd = fd
 
     @property
+    def data_dir(self) -> Path:
+        """Where the shard and its metadata live: this directory, or the one its alias points at (sync.py)."""
+        target = self.alias_target()
+        return self.dir.parent / target if target else self.dir
+
+    @property
     def _meta_path(self) -> Path:
-        return self.dir / "meta.json"
+        return self.data_dir / "meta.json"
 
     def _read_meta(self) -> dict[str, Any] | None:
         try:
@@ -208,9 +214,9 @@ class EdgeStore:
             from qdrant_edge import EdgeShard
 
             self._acquire()
-            if self._read_meta() is None or not (self.dir / "shard").exists():
+            if self._read_meta() is None or not (self.data_dir / "shard").exists():
                 raise _missing(self.collection)
-            self._shard = EdgeShard.load(str(self.dir / "shard"))
+            self._shard = EdgeShard.load(str(self.data_dir / "shard"))
         return self._shard
 
     # -- collection -------------------------------------------------------
@@ -234,15 +240,15 @@ class EdgeStore:
         )
 
         self._acquire()
-        if (self.dir / "shard").exists():
+        if (self.data_dir / "shard").exists():
             import shutil
 
-            shutil.rmtree(self.dir / "shard")
+            shutil.rmtree(self.data_dir / "shard")
         config = EdgeConfig(
             vectors={DENSE: EdgeVectorParams(size=dimensions, distance=Distance.Cosine)},
             sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)},
         )
-        shard = EdgeShard.create(str(self.dir / "shard"), config)
+        shard = EdgeShard.create(str(self.data_dir / "shard"), config)
         for name, kind in PAYLOAD_INDEXES:
             params = {
                 "tenant": KeywordIndexParams(is_tenant=True),
@@ -360,6 +366,52 @@ class EdgeStore:
     def optimize(self) -> None:
         self._open().optimize()
 
+    # -- aliases (sync-embedding) -------------------------------------------
+    def alias_target(self) -> str | None:
+        """The physical collection this name points at, or None when it holds its data itself."""
+        try:
+            return json.loads((self.dir / "meta.json").read_text()).get("alias")
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def sibling(self, name: str) -> "EdgeStore":
+        """Another collection beside this one (a sync target): its own directory and lock."""
+        return EdgeStore(self.dir.parent, name)
+
+    def release(self) -> None:
+        """Let other processes use the store (searches keep working while a sync embeds)."""
+        self.close()
+
+    def switch_alias(self, target: str, wait_s: float = 30.0) -> str | None:
+        """Point this name at `target` with one atomic rename of meta.json; the old physical name, or None."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._acquire()
+                break
+            except MoonmindError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        if self._shard is not None:
+            self._shard.flush()
+            self._shard.close()
+            self._shard = None
+        old = self.alias_target()
+        tmp = self.dir / "meta.json.tmp"
+        tmp.write_text(json.dumps({"alias": target}))
+        tmp.replace(self.dir / "meta.json")
+        return old
+
+    def drop_physical(self, name: str | None) -> None:
+        """Delete data no name points at any more: a former target, or (None) this directory's own shard."""
+        import shutil
+
+        if name is None:
+            shutil.rmtree(self.dir / "shard", ignore_errors=True)
+        elif name != self.alias_target() and name != self.collection:
+            shutil.rmtree(self.dir.parent / name, ignore_errors=True)
+
     def flush(self) -> None:
         if self._shard is not None and self._dirty:
             self._shard.flush()
@@ -457,6 +509,8 @@ class QdrantClientStore:
                 ) from None
         self.location = url
         self._has_key = key is not None
+        self._physical = False  # True for a sync target: created as itself, never behind an alias
+        self._shared = False  # True for a sibling sharing this client: close() leaves the client open
 
     def _call(self, fn, what: str):
         from .retry import call_with_retries
@@ -467,9 +521,12 @@ class QdrantClientStore:
             raise _explain_auth(err, self._has_key) from None
 
     def info(self) -> CollectionInfo | None:
-        if not self._call(lambda: self._client.collection_exists(self.collection), "Qdrant"):
-            return None
-        c = self._call(lambda: self._client.get_collection(self.collection), "Qdrant")
+        name = self.collection
+        if not self._call(lambda: self._client.collection_exists(name), "Qdrant"):
+            name = self.alias_target()  # a server may not resolve aliases in `exists`
+            if name is None or not self._call(lambda: self._client.collection_exists(name), "Qdrant"):
+                return None
+        c = self._call(lambda: self._client.get_collection(name), "Qdrant")
         params = c.config.params.vectors
         dims = params[DENSE].size if isinstance(params, dict) else params.size
         meta = dict(getattr(c.config, "metadata", None) or {})
@@ -483,12 +540,16 @@ class QdrantClientStore:
         )
 
     def create(self, dimensions: int, model: str, schema_version: int) -> None:
+        """A physical collection behind an alias named `collection`, so sync-embedding can switch atomically."""
         from qdrant_client import models as m
 
-        if self._client.collection_exists(self.collection):
-            self._client.delete_collection(self.collection)
+        physical = self.collection if self._physical else (self.alias_target() or f"{self.collection}__v1")
+        if self._client.collection_exists(physical):
+            self._client.delete_collection(physical)
+        if physical != self.collection and self._client.collection_exists(self.collection):
+            self._client.delete_collection(self.collection)  # a plain collection from an older version
         self._client.create_collection(
-            self.collection,
+            physical,
             vectors_config={DENSE: m.VectorParams(size=dimensions, distance=m.Distance.COSINE)},
             sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
             metadata={"dimensions": dimensions, "model": model, "schema_version": schema_version},
@@ -501,10 +562,53 @@ class QdrantClientStore:
                 "keyword": m.PayloadSchemaType.KEYWORD,
                 "float": m.PayloadSchemaType.FLOAT,
             }[kind]
-            self._client.create_payload_index(self.collection, name, field_schema=schema)
+            self._client.create_payload_index(physical, name, field_schema=schema)
+        if physical != self.collection and self.alias_target() != physical:
+            self._client.update_collection_aliases(
+                change_aliases_operations=[
+                    m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=physical, alias_name=self.collection))
+                ]
+            )
 
     def set_metadata(self, **meta: Any) -> None:
-        self._client.update_collection(self.collection, metadata=meta)
+        name = self.alias_target() or self.collection
+        self._call(lambda: self._client.update_collection(name, metadata=meta), "Qdrant metadata")
+
+    # -- aliases (sync-embedding) -------------------------------------------
+    def alias_target(self) -> str | None:
+        """The physical collection this name is an alias of, or None."""
+        resp = self._call(lambda: self._client.get_aliases(), "Qdrant aliases")
+        return next((a.collection_name for a in resp.aliases if a.alias_name == self.collection), None)
+
+    def sibling(self, name: str) -> "QdrantClientStore":
+        """A physical collection on the same client (local mode allows one client per path)."""
+        other = object.__new__(QdrantClientStore)
+        other.__dict__.update(self.__dict__)
+        other.collection, other._physical, other._shared = name, True, True
+        return other
+
+    def release(self) -> None:
+        """A server serves other clients meanwhile; nothing to release."""
+
+    def switch_alias(self, target: str, wait_s: float = 30.0) -> str | None:
+        """Re-point the alias at `target` in one atomic alias update; the old physical name, or None."""
+        from qdrant_client import models as m
+
+        old = self.alias_target()
+        ops = []
+        if old is not None:
+            ops.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=self.collection)))
+        elif self._client.collection_exists(self.collection):
+            # a plain collection from an older version: the name must be freed before it can become an alias
+            self._client.delete_collection(self.collection)
+        ops.append(m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=target, alias_name=self.collection)))
+        self._call(lambda: self._client.update_collection_aliases(change_aliases_operations=ops), "Qdrant alias switch")
+        return old
+
+    def drop_physical(self, name: str | None) -> None:
+        """Delete a collection no alias points at any more."""
+        if name and name != self.alias_target():
+            self._call(lambda: self._client.delete_collection(name), "Qdrant delete collection")
 
     def upsert(self, points: Sequence[PointIn]) -> None:
         from qdrant_client import models as m
@@ -620,7 +724,8 @@ class QdrantClientStore:
         """Writes use wait=True; nothing buffered."""
 
     def close(self) -> None:
-        self._client.close()
+        if not self._shared:
+            self._client.close()
 
 
 def _explain_auth(err: MoonmindError, has_key: bool) -> MoonmindError:

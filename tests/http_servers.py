@@ -37,6 +37,9 @@ class EmbeddingsServer:
         self.quota = False  # answer 429 insufficient_quota
         self.delay_s = 0.0
         self.reset_first = 0  # the first N calls get their TCP connection reset, no answer
+        self.hold_after: int | None = None  # calls after the Nth wait for `released` (a sync caught mid-way)
+        self.released = threading.Event()
+        self.holding = threading.Event()  # set while a call is held
         self.auth_header: str | None = None
         outer = self
 
@@ -79,6 +82,9 @@ class EmbeddingsServer:
             n = self.calls
         if self.delay_s:
             time.sleep(self.delay_s)
+        if self.hold_after is not None and n > self.hold_after:
+            self.holding.set()
+            self.released.wait(timeout=120)
         if self.quota:
             return 429, {"error": {"message": "You exceeded your current quota, please check your plan.",
                                    "type": "insufficient_quota", "code": "insufficient_quota"}}
