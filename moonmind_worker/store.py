@@ -554,6 +554,12 @@ class QdrantClientStore:
             sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
             metadata={"dimensions": dimensions, "model": model, "schema_version": schema_version},
         )
+        if physical != self.collection and self.alias_target() != physical:
+            self._client.update_collection_aliases(
+                change_aliases_operations=[
+                    m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=physical, alias_name=self.collection))
+                ]
+            )
         if self.local:
             return  # local mode has no payload indexes (it only warns); a server gets them all
         for name, kind in PAYLOAD_INDEXES:
@@ -563,12 +569,6 @@ class QdrantClientStore:
                 "float": m.PayloadSchemaType.FLOAT,
             }[kind]
             self._client.create_payload_index(physical, name, field_schema=schema)
-        if physical != self.collection and self.alias_target() != physical:
-            self._client.update_collection_aliases(
-                change_aliases_operations=[
-                    m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=physical, alias_name=self.collection))
-                ]
-            )
 
     def set_metadata(self, **meta: Any) -> None:
         name = self.alias_target() or self.collection

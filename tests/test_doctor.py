@@ -7,6 +7,7 @@ import json
 import pytest
 
 from http_servers import EmbeddingsServer, StatusServer, closed_port
+from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def _lines(stdout: str) -> dict[str, str]:
     return out
 
 
-def test_doctor_passes_on_a_healthy_embedded_setup(cli, indexed):
+def test_doctor_passes_on_a_healthy_embedded_setup(cli, prebuilt):
     r = cli("worker", "doctor")
     assert r.code == 0, r.stdout + r.stderr
     lines = _lines(r.stdout)
@@ -37,7 +38,7 @@ def test_doctor_passes_on_a_healthy_embedded_setup(cli, indexed):
     assert r.stdout.rstrip().endswith("retrieval: usable")
 
 
-def test_doctor_json_is_the_same_checklist(cli, indexed):
+def test_doctor_json_is_the_same_checklist(cli, prebuilt):
     r = cli("worker", "doctor", "--json")
     assert r.code == 0, r.stderr
     data = r.json()
@@ -58,14 +59,14 @@ def test_doctor_fails_with_index_remedy_when_the_collection_is_missing(cli):
     assert data["error"]["code"] == "collection_missing"
 
 
-def test_doctor_names_the_missing_embedding_credential(cli, indexed):
+def test_doctor_names_the_missing_embedding_credential(cli, prebuilt):
     r = cli("worker", "doctor", extra_env={"MOONMIND_EMBEDDING_PROVIDER": "google"})
     assert r.code == 3
     line = _lines(r.stdout)["embedding"]
     assert line.startswith("✗") and "GOOGLE_API_KEY is not set" in line and ".env" in line
 
 
-def test_doctor_reports_dimension_and_model_drift_with_the_sync_remedy(cli, indexed, embeddings):
+def test_doctor_reports_dimension_and_model_drift_with_the_sync_remedy(cli, prebuilt, embeddings):
     env = {"MOONMIND_EMBEDDING_PROVIDER": "openai", "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": embeddings.base_url,
            "MOONMIND_EMBEDDING_MODEL": "local-embed-512"}
     r = cli("worker", "doctor", extra_env=env)
@@ -101,7 +102,7 @@ def test_doctor_tells_a_rejected_qdrant_key_from_an_unreachable_server(cli, stat
     assert r.stderr == ""  # no client warnings leak onto stderr
 
 
-def test_doctor_checks_gateway_health_when_a_gateway_is_configured(cli, indexed):
+def test_doctor_checks_gateway_health_when_a_gateway_is_configured(cli, prebuilt):
     server = StatusServer(200, {"status": "ok"})
     try:
         r = cli("worker", "doctor", extra_env={"MOONMIND_RETRIEVAL_URL": server.url})
@@ -112,7 +113,7 @@ def test_doctor_checks_gateway_health_when_a_gateway_is_configured(cli, indexed)
     assert server.requests == ["GET /retrieval/health"]
 
 
-def test_doctor_fails_when_the_gateway_is_down_and_direct_fallback_is_off(cli, indexed):
+def test_doctor_fails_when_the_gateway_is_down_and_direct_fallback_is_off(cli, prebuilt):
     env = {"MOONMIND_RETRIEVAL_URL": f"http://127.0.0.1:{closed_port()}", "MOONMIND_RETRIEVAL_FALLBACK": "none"}
     r = cli("worker", "doctor", "--json", extra_env=env)
     assert r.code != 0
@@ -120,7 +121,7 @@ def test_doctor_fails_when_the_gateway_is_down_and_direct_fallback_is_off(cli, i
     assert check["ok"] is False and check["required"] is True and "MOONMIND_RETRIEVAL_URL" in check["remedy"]
 
 
-def test_an_unreachable_broker_and_statsd_are_reported_but_do_not_block_retrieval(cli, indexed):
+def test_an_unreachable_broker_and_statsd_are_reported_but_do_not_block_retrieval(cli, prebuilt):
     env = {"CELERY_BROKER_URL": f"redis://:broker-pass@127.0.0.1:{closed_port()}/2", "STATSD_HOST": "127.0.0.1"}
     r = cli("worker", "doctor", "--json", extra_env=env)
     assert r.code == 0, r.stdout
@@ -131,7 +132,7 @@ def test_an_unreachable_broker_and_statsd_are_reported_but_do_not_block_retrieva
     assert "broker-pass" not in r.stdout + r.stderr
 
 
-def test_run_checks_is_the_python_api_the_bootstrap_hook_uses(env, indexed):
+def test_run_checks_is_the_python_api_the_bootstrap_hook_uses(env, prebuilt):
     from moonmind_worker.doctor import run_checks
     from moonmind_worker.settings import Settings
 

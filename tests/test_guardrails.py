@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from http_servers import EmbeddingsServer, StatusServer, closed_port
+from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def test_dimension_mismatch_refuses_before_any_query_reaches_the_store(store_kin
     assert embeddings.calls == 1  # the dimension probe only; the query itself was never embedded
 
 
-def test_cli_dimension_mismatch_prints_expected_vs_actual_and_caches_the_probe(cli, indexed, embeddings, home):
+def test_cli_dimension_mismatch_prints_expected_vs_actual_and_caches_the_probe(cli, prebuilt, embeddings, home):
     r = cli("rag", "search", "--query", "bearer token", extra_env=_hosted(embeddings, "local-embed-512"))
     assert r.code == 3 and r.stdout == ""
     assert "error[embedding_dimension_mismatch]: Collection moonmind__repo expects dim=256 but local-embed-512 outputs 512." in r.stderr
@@ -120,8 +121,8 @@ def test_same_dimension_model_swap_is_refused(env, repo, monkeypatch):
     assert counting.calls == []
 
 
-def test_index_refuses_to_write_into_a_collection_of_another_model(cli, indexed, embeddings):
-    r = cli("rag", "index", str(indexed), "--repo", "demo", "--tenant", "acme",
+def test_index_refuses_to_write_into_a_collection_of_another_model(cli, prebuilt, embeddings):
+    r = cli("rag", "index", str(prebuilt), "--repo", "demo", "--tenant", "acme",
             extra_env=_hosted(embeddings, "local-embed-512"))
     assert r.code == 3 and r.stdout == ""
     assert "embedding_dimension_mismatch" in r.stderr
@@ -129,7 +130,7 @@ def test_index_refuses_to_write_into_a_collection_of_another_model(cli, indexed,
     assert cli("rag", "search", "--query", "bearer token").code == 0  # the collection is intact
 
 
-def test_missing_embedding_credential_names_the_variable_and_where_it_is_read(cli, indexed):
+def test_missing_embedding_credential_names_the_variable_and_where_it_is_read(cli, prebuilt):
     r = cli("rag", "search", "--query", "bearer token", "--json", extra_env={"MOONMIND_EMBEDDING_PROVIDER": "google"})
     assert r.code == 3 and r.stdout == ""
     err = r.error()

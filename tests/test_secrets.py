@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from http_servers import EmbeddingsServer, StatusServer, closed_port
+from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 QDRANT_KEY = "SENTINEL-QDRANT-KEY-7f3a91"
 OPENAI_KEY = "SENTINEL-OPENAI-KEY-9b1c22"
@@ -65,7 +66,7 @@ SCENARIOS = ["qdrant unreachable", "qdrant 401", "qdrant 403", "provider 401", "
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_no_secret_appears_in_any_failing_output(cli, indexed, servers, name):
+def test_no_secret_appears_in_any_failing_output(cli, prebuilt, servers, name):
     emb, q401, q403 = servers
     argv, env, code = _scenarios(emb, q401, q403)[name]
     env = dict(env)
@@ -73,7 +74,7 @@ def test_no_secret_appears_in_any_failing_output(cli, indexed, servers, name):
         emb.quota = True
     if status := env.pop("_status", None):
         emb.always_status = int(status)
-    r = cli(*argv, extra_env=env, cwd=indexed)
+    r = cli(*argv, extra_env=env, cwd=prebuilt)
     assert r.code != 0, r.stdout
     text = r.stdout + r.stderr
     assert code in text, text

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import MOONMIND
 from http_servers import EmbeddingsServer
+from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ def _snapshot() -> tuple[dict[str, str], object]:
         store.close()
 
 
-def test_sync_moves_the_collection_to_the_new_model_and_search_works_again(cli, indexed, embeddings, home):
+def test_sync_moves_the_collection_to_the_new_model_and_search_works_again(cli, prebuilt, embeddings, home):
     before, info = _snapshot()
     assert info.model == "moonmind-static-minilm-256" and len(before) > 0
     hosted = _hosted(embeddings)
@@ -77,7 +78,7 @@ def test_sync_moves_the_collection_to_the_new_model_and_search_works_again(cli, 
     assert r.code == 3 and "embedding_dimension_mismatch" in r.stderr
 
 
-def test_sync_on_an_up_to_date_collection_changes_nothing(cli, indexed):
+def test_sync_on_an_up_to_date_collection_changes_nothing(cli, prebuilt):
     r = cli("rag", "sync-embedding", "--collection", "moonmind__repo")
     assert r.code == 0 and "nothing to sync" in r.stdout
 
@@ -100,7 +101,7 @@ def _wait_for(cond, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def test_an_interrupted_sync_resumes_without_duplicates_or_losses(cli, indexed, embeddings, env, tmp_path):
+def test_an_interrupted_sync_resumes_without_duplicates_or_losses(cli, prebuilt, embeddings, env, tmp_path):
     before, _ = _snapshot()
     hosted = _hosted(embeddings, MOONMIND_EMBEDDING_BATCH_SIZE="1")
     embeddings.delay_s = 0.15
@@ -123,7 +124,7 @@ def test_an_interrupted_sync_resumes_without_duplicates_or_losses(cli, indexed, 
     assert after == before and info.points == len(before) and info.model == "local-embed-512"
 
 
-def test_searches_keep_working_against_the_old_collection_during_the_sync(cli, indexed, embeddings, env, tmp_path):
+def test_searches_keep_working_against_the_old_collection_during_the_sync(cli, prebuilt, embeddings, env, tmp_path):
     expected = cli("rag", "search", "--query", "connection pool", "--json").json()["items"]
     hosted = _hosted(embeddings, MOONMIND_EMBEDDING_BATCH_SIZE="1")
     embeddings.hold_after = 3  # the probe and two chunks, then the sync waits on the provider
