@@ -189,3 +189,24 @@ def test_qdrant_auth_failures_are_told_apart_and_not_retried(cli, status, key, c
     assert err["code"] == code and f"HTTP {status}" in err["message"]
     assert "QDRANT_API_KEY" in err["action"]
     assert len(server.requests) == 1  # auth failures are never retried
+
+
+def test_overlay_write_with_a_drifted_model_is_refused_before_any_write(env, repo):
+    from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.errors import MoonmindError
+    from moonmind_worker.overlay import upsert_overlay
+    from moonmind_worker.settings import Settings
+
+    store = _index_static(Settings(), repo)
+    (repo / "auth" / "tokens.py").write_text("def check_bearer_token(header):\n    return False\n")
+    counting = CountingStore(store)
+    before = store.count()
+    try:
+        with pytest.raises(MoonmindError) as exc:
+            upsert_overlay(["auth/tokens.py"], root=repo, run_id="run-1", ttl_s=600, repo="demo", tenant="acme",
+                           settings=Settings(), embedder=StaticEmbedder(name="other-minilm-256"), store=counting)
+        assert exc.value.code == "embedding_model_mismatch"
+        assert counting.calls == []  # no scroll, no upsert
+        assert store.count() == before
+    finally:
+        store.close()
