@@ -1,0 +1,284 @@
+"""Turn the two candidate lists of one batched search (dense, BM25) into one ranked list.
+
+Why a module of its own: what an agent sees first decides whether retrieval
+helped. Cosine similarity and BM25 each miss things the other catches, and
+neither knows that `OAuth2PasswordBearer` is *defined* in one chunk and merely
+used in twenty, or that a question about "background tasks" is probably about
+`background.py`. The ranking adds those general, repository-agnostic signals.
+
+Every candidate's `score` is a weighted sum of signals that are each in [0, 1],
+with weights that sum to 1, times a path prior in (0, 1] and a diversity
+discount in (0, 1] — so the score is in [0, 1]:
+
+    score = (w_sem * cosine + w_lex * bm25 / best_bm25 + w_path * path_match
+             + w_def * defines_queried_symbol + w_file * file_support) * prior * diversity
+
+* cosine — query/chunk similarity under the embedding model (negative → 0);
+* bm25 / best_bm25 — identifier-aware BM25 relative to the best lexical match;
+* path_match — share of the query's content words found in the file's name or
+  its directory's name (`background tasks` → `background.py`);
+* defines_queried_symbol — the chunk defines (class/def/function/struct/…) an
+  identifier named in the query;
+* file_support — how much of the candidate evidence sits in this chunk's file,
+  relative to the best-supported file (several good chunks → a central file);
+* prior — test files, examples, re-export stubs (`__init__.py`, `index.js`) and
+  files under hidden tool directories (`.github/`) count less (× 0.6–0.8) unless
+  the query asks for tests or examples;
+* diversity — the n-th chunk of the same file is discounted by 0.6^(n-1), so one
+  long file cannot fill top_k.
+
+Symbol-like queries (`HTTPException`, `field_validator`, `Sinatra::Base`) shift
+weight from cosine to BM25 and to definitions. Nothing here names a repository.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import PurePosixPath
+
+import numpy as np
+
+from . import lexical
+from .store import Hit
+
+
+@dataclass(frozen=True)
+class Weights:
+    semantic: float
+    lexical: float
+    path: float
+    definition: float
+    file: float
+
+
+#: Natural-language queries: meaning first, words second, structure as tie-breakers.
+NL_WEIGHTS = Weights(semantic=0.40, lexical=0.25, path=0.15, definition=0.10, file=0.10)
+#: Symbol queries: the exact identifier and where it is defined matter most.
+SYMBOL_WEIGHTS = Weights(semantic=0.15, lexical=0.30, path=0.10, definition=0.35, file=0.10)
+
+DIVERSITY_DECAY = 0.6
+TEST_PRIOR = 0.6
+EXAMPLE_PRIOR = 0.7
+REEXPORT_PRIOR = 0.8
+HIDDEN_PRIOR = 0.7
+
+_SYMBOL_QUERY = re.compile(
+    r"^(?:[A-Za-z_][\w]*(?:(?:::|\.|->|#)[A-Za-z_][\w]*)+"  # qualified: a.b, A::B
+    r"|_\w*"  # _private, __init__
+    r"|[A-Za-z][A-Za-z0-9]*[A-Z_][\w]*"  # camelCase, PascalCase, snake_case
+    r"|[A-Z][A-Za-z0-9]*)$"  # Capitalised / ACRONYM
+)
+_IDENT_IN_TEXT = re.compile(r"[A-Za-z_][\w]*(?:(?:::|\.)[A-Za-z_][\w]*)*")
+_CODEY = re.compile(r"[a-z][A-Z]|[A-Z][a-z]+[A-Z]|_")
+_DEF_KEYWORDS = (
+    "class|def|async def|function|func|fn|pub fn|pub struct|pub enum|pub trait|struct|interface|enum|trait|type|"
+    "module|defmodule|object|record|protocol|typedef|macro_rules!|const|let|var|val|fun|impl"
+)
+_TEST_PATH = re.compile(
+    r"(?:^|/)(?:tests?|__tests__|spec|specs|testing)/|(?:^|/)test_[^/]*$|_test\.\w+$|\.(?:test|spec)\.\w+$"
+    r"|(?:Tests?|Spec)\.\w+$"
+)
+_EXAMPLE_PATH = re.compile(r"(?:^|/)(?:_?examples?|docs_src|samples?|demo)/")
+_REEXPORT_NAMES = frozenset({"__init__.py", "index.js", "index.ts", "mod.rs", "package-info.java"})
+_ASKS_FOR_TESTS = re.compile(r"\b(?:tests?|testing|spec|fixtures?|mock\w*)\b", re.IGNORECASE)
+_ASKS_FOR_EXAMPLES = re.compile(r"\b(?:examples?|samples?|demo|tutorial|usage)\b", re.IGNORECASE)
+
+
+@dataclass
+class Candidate:
+    payload: dict
+    cosine: float
+    bm25: float
+    score: float = 0.0
+    id: str = ""
+    signals: dict[str, float] = field(default_factory=dict)
+
+
+def is_symbol_query(text: str) -> bool:
+    """A bare identifier (or a qualified one): look for its definition, lean on exact terms."""
+    return _SYMBOL_QUERY.match(text.strip()) is not None
+
+
+def query_symbols(text: str) -> set[str]:
+    """Identifiers the query names: the whole query if it is one, else code-looking words inside it."""
+    stripped = text.strip()
+    if is_symbol_query(stripped):
+        names = {stripped}
+        for sep in ("::", ".", "->", "#"):
+            if sep in stripped:
+                names.add(re.split(r"::|\.|->|#", stripped)[-1])
+        return names
+    return {w for w in _IDENT_IN_TEXT.findall(text) if _CODEY.search(w) and len(w) > 2}
+
+
+_DEF_PREFIX = re.compile(rf"(?:^|\s)(?:{_DEF_KEYWORDS})\s+(?:\([^)]*\)\s*)?(?:[A-Za-z_]\w*(?:\.|::))*$")
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def defines_in_text(text: str, name: str) -> bool:
+    """True when a line of `text` defines `name`: a definition keyword, then the (qualified) name.
+
+    Scans occurrences with str.find and checks only the line prefix before each:
+    a regex over the whole chunk is far slower on large chunks.
+    """
+    start = 0
+    while (i := text.find(name, start)) >= 0:
+        end = i + len(name)
+        start = end
+        if (end < len(text) and _is_word_char(text[end])) or (i > 0 and _is_word_char(text[i - 1])):
+            continue
+        line_start = text.rfind("\n", 0, i) + 1
+        if _DEF_PREFIX.search(text[line_start:i]):
+            return True
+    return False
+
+
+def defines(payload: dict, names: set[str]) -> bool:
+    """True when the chunk defines one of `names` (its enclosing symbol or a definition line in it)."""
+    title = payload.get("section_title") or ""
+    last = re.split(r"\.|::|>", title)[-1].strip()
+    if last and last in names:
+        return True
+    text = payload.get("text") or ""
+    return any(defines_in_text(text, name) for name in names)
+
+
+def _content_words(text: str) -> set[str]:
+    return {t for t in lexical.terms(text) if len(t) > 2}
+
+
+@lru_cache(maxsize=4096)
+def _path_words(path: str) -> frozenset[str]:
+    """Words of a file's stem and of its parent directory, split like identifiers and stemmed."""
+    p = PurePosixPath(path)
+    stem = p.name.split(".")[0]
+    words = set(lexical.terms(stem))
+    if p.parent.name:
+        words |= set(lexical.terms(p.parent.name))
+    if stem in ("__init__", "index", "mod", "main", "utils") and p.parent.name:
+        words |= set(lexical.terms(p.parent.name))
+    return frozenset(w for w in words if len(w) > 2)
+
+
+def path_match(path: str, words: frozenset[str]) -> float:
+    """Share of the query's content words that name this file or its directory (prefix-tolerant)."""
+    return _path_match(path, frozenset(words))
+
+
+@lru_cache(maxsize=8192)
+def _path_match(path: str, words: frozenset[str]) -> float:
+    if not words:
+        return 0.0
+    parts = _path_words(path)
+    hit = 0
+    for w in words:
+        if w in parts or any(
+            len(short) >= 4 and long.startswith(short)
+            for part in parts
+            for short, long in ((w, part) if len(w) <= len(part) else (part, w),)
+        ):
+            hit += 1
+    return hit / len(words)
+
+
+def path_prior(path: str, query: str) -> float:
+    """Tests, examples, re-export stubs and hidden tool directories count less, unless asked for."""
+    return _prior(path, bool(_ASKS_FOR_TESTS.search(query)), bool(_ASKS_FOR_EXAMPLES.search(query)))
+
+
+@lru_cache(maxsize=8192)
+def _prior(path: str, tests_wanted: bool, examples_wanted: bool) -> float:
+    prior = 1.0
+    if not tests_wanted and _TEST_PATH.search(path):
+        prior *= TEST_PRIOR
+    if not examples_wanted and _EXAMPLE_PATH.search(path):
+        prior *= EXAMPLE_PRIOR
+    dirs, _, name = path.rpartition("/")
+    if dirs and any(part.startswith(".") for part in dirs.split("/")):
+        prior *= HIDDEN_PRIOR  # tool configuration (.github/, .vscode/, ...): ripgrep skips these by default
+    if name in _REEXPORT_NAMES:
+        prior *= REEXPORT_PRIOR
+    return prior
+
+
+def merge(qvec: np.ndarray, dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
+    """One candidate per point: its cosine (from the dense branch or its returned vector) and BM25."""
+    by_id: dict[str, Candidate] = {}
+    for h in dense_hits:
+        by_id[h.id] = Candidate(h.payload, cosine=h.score, bm25=0.0, id=h.id)
+    for h in sparse_hits:
+        c = by_id.get(h.id)
+        if c is None:
+            cosine = float(np.dot(qvec, h.dense)) if h.dense is not None else 0.0
+            by_id[h.id] = Candidate(h.payload, cosine=cosine, bm25=h.score, id=h.id)
+        else:
+            c.bm25 = h.score
+    return list(by_id.values())
+
+
+def order_key(c: Candidate):
+    return (-round(c.score, 9), c.payload["path"], c.payload["offset_start"])
+
+
+def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
+    """Score every candidate (see the module docstring) and return them ranked, deduplicated by chunk."""
+    # one candidate per (path, chunk_hash): identical chunks in one file are one result
+    unique: dict[tuple[str, str], Candidate] = {}
+    for c in candidates:
+        key = (c.payload["path"], c.payload["chunk_hash"])
+        if key not in unique or (c.cosine, c.bm25) > (unique[key].cosine, unique[key].bm25):
+            unique[key] = c
+    cands = sorted(unique.values(), key=lambda c: (c.payload["path"], c.payload["offset_start"]))
+    if not cands:
+        return []
+    w = SYMBOL_WEIGHTS if is_symbol_query(query) else NL_WEIGHTS
+    names = query_symbols(query)
+    words = frozenset(_content_words(query))
+    best_bm25 = max(c.bm25 for c in cands)
+
+    base: dict[int, float] = {}
+    for i, c in enumerate(cands):
+        cos = min(max(c.cosine, 0.0), 1.0)
+        lex = c.bm25 / best_bm25 if best_bm25 > 0 else 0.0
+        c.signals = {
+            "cosine": cos,
+            "lexical": lex,
+            "path": path_match(c.payload["path"], words),
+            "definition": 1.0 if names and defines(c.payload, names) else 0.0,
+        }
+        base[i] = (w.semantic * cos + w.lexical * lex) / (w.semantic + w.lexical)
+
+    # file support: the sum of a file's candidate evidence, relative to the best file
+    per_file: dict[str, float] = {}
+    for i, c in enumerate(cands):
+        per_file[c.payload["path"]] = per_file.get(c.payload["path"], 0.0) + base[i]
+    best_file = max(per_file.values()) or 1.0
+    tests_wanted, examples_wanted = bool(_ASKS_FOR_TESTS.search(query)), bool(_ASKS_FOR_EXAMPLES.search(query))
+
+    for i, c in enumerate(cands):
+        s = c.signals
+        s["file"] = per_file[c.payload["path"]] / best_file
+        s["prior"] = _prior(c.payload["path"], tests_wanted, examples_wanted)
+        raw = (
+            w.semantic * s["cosine"]
+            + w.lexical * s["lexical"]
+            + w.path * s["path"]
+            + w.definition * s["definition"]
+            + w.file * s["file"]
+        )
+        c.score = min(1.0, raw * s["prior"])
+
+    # diversity: the n-th chunk of a file is discounted by DIVERSITY_DECAY^(n-1)
+    ranked = sorted(cands, key=order_key)
+    seen: dict[str, int] = {}
+    for c in ranked:
+        n = seen.get(c.payload["path"], 0)
+        seen[c.payload["path"]] = n + 1
+        c.signals["diversity"] = DIVERSITY_DECAY**n
+        c.score *= c.signals["diversity"]
+    return sorted(ranked, key=order_key)
