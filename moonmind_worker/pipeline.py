@@ -29,7 +29,7 @@ from .settings import Settings
 from .store import Match, SearchSpec, SparseVec, Store, Where
 
 #: Candidates per branch (dense, BM25): enough for file-level evidence and diversity.
-CANDIDATE_POOL = 60
+CANDIDATE_POOL = 80
 
 #: Default threshold per embedding model, calibrated so relevant hits pass
 #: (see README "Scores"); models not listed use FALLBACK_THRESHOLD.
