@@ -1,0 +1,68 @@
+"""Result shaping: symbol definitions, path matches, file diversity, priors, and a score in [0, 1]."""
+
+from __future__ import annotations
+
+from moonmind_worker.ranking import Candidate, defines_in_text, is_symbol_query, path_match, score
+
+
+def cand(path: str, text: str, cosine: float, bm25: float, offset: int = 0, title: str = "") -> Candidate:
+    payload = {
+        "path": path, "text": text, "offset_start": offset, "chunk_hash": f"sha256:{path}:{offset}",
+        "section_title": title,
+    }
+    return Candidate(payload, cosine=cosine, bm25=bm25)
+
+
+def test_symbol_query_puts_the_definition_above_heavier_usages():
+    ranked = score("TokenStore", [
+        cand("api/views.py", "store = TokenStore()\nstore.add(TokenStore.hash(t))", 0.5, 9.0),
+        cand("auth/store.py", "class TokenStore:\n    '''Hashed tokens.'''", 0.3, 4.0),
+    ])
+    assert ranked[0].payload["path"] == "auth/store.py"
+    assert ranked[0].signals["definition"] == 1.0 and ranked[1].signals["definition"] == 0.0
+
+
+def test_one_long_file_cannot_fill_top_k():
+    big = [cand("core.py", f"def f{i}(): pass", 0.6, 5.0, offset=i * 100) for i in range(10)]
+    other = [cand(f"mod{i}.py", "def g(): pass", 0.45, 3.0) for i in range(5)]
+    top = score("how does the core work", big + other)[:8]
+    assert len({c.payload["path"] for c in top}) >= 5
+    assert top[0].payload["path"] == "core.py"
+
+
+def test_query_words_that_name_a_file_lift_that_file():
+    ranked = score("background tasks", [
+        cand("app/routing.py", "tasks are added to the response", 0.40, 5.0),
+        cand("app/background.py", "class Runner: run callables after the response", 0.38, 4.5),
+    ])
+    assert ranked[0].payload["path"] == "app/background.py"
+    assert path_match("pkg/dependencies/utils.py", frozenset({"dependency"})) == 1.0
+
+
+def test_tests_count_less_unless_the_query_asks_for_tests():
+    chunks = lambda: [cand("tests/test_pool.py", "pool acquire", 0.5, 5.0), cand("db/pool.py", "pool acquire", 0.5, 5.0)]
+    assert score("connection pool acquire", chunks())[0].payload["path"] == "db/pool.py"
+    assert score("tests for connection pool acquire", chunks())[0].payload["path"] == "tests/test_pool.py"
+
+
+def test_scores_stay_in_unit_range_and_ranked_by_score():
+    ranked = score("OAuth2PasswordBearer", [
+        cand("security/oauth2.py", "class OAuth2PasswordBearer(OAuth2):", 1.0, 20.0, title="OAuth2PasswordBearer"),
+        cand("security/__init__.py", "from .oauth2 import OAuth2PasswordBearer", 0.9, 25.0),
+        cand("x.py", "nothing", -0.2, 0.0),
+    ])
+    scores = [c.score for c in ranked]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert ranked[0].payload["path"] == "security/oauth2.py"
+
+
+def test_definition_and_symbol_detection_across_languages():
+    assert is_symbol_query("field_validator") and is_symbol_query("Sinatra::Base") and is_symbol_query("HTTPException")
+    assert not is_symbol_query("background tasks") and not is_symbol_query("session")
+    assert defines_in_text("    async def run_endpoint(x):", "run_endpoint")
+    assert defines_in_text("func (s *Server) Serve(l net.Listener) error {", "Serve")
+    assert defines_in_text("pub struct Router<S> {", "Router")
+    assert defines_in_text("export const createStore = () => {}", "createStore")
+    assert not defines_in_text("x = OAuth2PasswordBearer(tokenUrl='t')", "OAuth2PasswordBearer")
+    assert not defines_in_text("class OAuth2PasswordBearerX:", "OAuth2PasswordBearer")
