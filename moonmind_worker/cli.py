@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "moonmind_worker.commands.packs",
     "moonmind_worker.commands.job",
     "moonmind_worker.commands.sync",
+    "moonmind_worker.commands.gateway",
 ]
 
 GROUPS = {

@@ -161,8 +161,53 @@ class ErrorBody(BaseModel):
     action: str
 
 
+class BudgetReport(BaseModel):
+    """Budget telemetry tags (spec 03): which budget, its limit, what was spent or predicted."""
+
+    budget_type: Literal["tokens", "latency_ms"]
+    budget_limit: float
+    budget_spent: float
+
+
 class ErrorEnvelope(BaseModel):
+    """The error shape everywhere JSON is spoken; budget errors also echo `usage` and `budget`."""
+
     error: ErrorBody
+    usage: Usage | None = None
+    budget: BudgetReport | None = None
+
+
+class HealthStatus(BaseModel):
+    """`GET /retrieval/health`: `ok`, or `unavailable` with a coarse reason (no names, counts or exception text)."""
+
+    status: Literal["ok", "unavailable"]
+    reason: str | None = None
+    error: ErrorBody | None = None
+
+
+class TokenGrant(BaseModel):
+    """One worker token in the gateway's token file: its hash and what it may read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    hash: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")  # sha256 of the token, never the token itself
+    repos: list[str] = Field(min_length=1)
+    tenants: list[str] = Field(min_length=1)
+    max_top_k: int | None = Field(None, ge=TOP_K_MIN, le=TOP_K_MAX)
+
+    @field_validator("repos", "tenants", mode="after")
+    @classmethod
+    def _no_blank(cls, v: list[str]) -> list[str]:
+        if any(not x or x != x.strip() for x in v):
+            raise ValueError("entries must be non-empty and have no surrounding whitespace")
+        return v
+
+
+class TokenFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: list[TokenGrant] = Field(default_factory=list)
 
 
 def parse_query(data: dict[str, Any]) -> RetrievalQuery:

@@ -40,7 +40,9 @@ class Embedder(Protocol):
 
     def embed_documents(self, texts: list[str]) -> np.ndarray: ...
 
-    def embed_query(self, text: str) -> np.ndarray: ...
+    def embed_query(self, text: str, deadline: float | None = None) -> np.ndarray:
+        """`deadline` (time.monotonic) bounds the call, retries included: a latency budget."""
+        ...
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -100,7 +102,8 @@ class StaticEmbedder:
         out[nonempty] = sums[nonempty] / lengths[nonempty, None]
         return out
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, deadline: float | None = None) -> np.ndarray:
+        """In-process and sub-millisecond: nothing to bound, the caller checks the deadline after."""
         return self.embed_documents([text])[0]
 
 
@@ -143,17 +146,20 @@ class OpenAICompatibleEmbedder:
         return self._dims
 
     @observe.embed
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+    def _embed_batch(self, texts: list[str], deadline: float | None = None) -> np.ndarray:
         from .retry import call_with_retries
 
-        kwargs = {"dimensions": self._requested_dims} if self._requested_dims else {}
+        kwargs: dict = {"dimensions": self._requested_dims} if self._requested_dims else {}
 
         def call() -> np.ndarray:
-            resp = self._client.embeddings.create(model=self.name, input=texts, **kwargs)
+            extra = {}
+            if deadline is not None:  # each attempt waits at most what is left of the latency budget
+                extra["timeout"] = max(deadline - time.monotonic(), 0.001)
+            resp = self._client.embeddings.create(model=self.name, input=texts, **kwargs, **extra)
             rows = sorted(resp.data, key=lambda d: d.index)
             return np.asarray([r.embedding for r in rows], dtype=np.float32)
 
-        return call_with_retries(call, what=f"{self.provider} embeddings ({self.name})")
+        return call_with_retries(call, what=f"{self.provider} embeddings ({self.name})", deadline=deadline)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -163,8 +169,10 @@ class OpenAICompatibleEmbedder:
         self._dims = self._dims or int(out.shape[1])
         return out
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_documents([text])[0]
+    def embed_query(self, text: str, deadline: float | None = None) -> np.ndarray:
+        out = _unit(self._embed_batch([text], deadline))
+        self._dims = self._dims or int(out.shape[1])
+        return out[0]
 
 
 def make_embedder(settings: Settings) -> Embedder:

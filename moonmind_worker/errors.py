@@ -41,6 +41,9 @@ CODES: dict[str, tuple[int, int]] = {
     "token_budget_exceeded": (EXIT_BUDGET, 413),
     "task_timeout": (EXIT_BUDGET, 504),
     "internal_error": (EXIT_INTERNAL, 500),
+    # HTTP-only: an unknown path or method on the gateway
+    "not_found": (EXIT_USAGE, 404),
+    "method_not_allowed": (EXIT_USAGE, 405),
 }
 
 

@@ -14,10 +14,11 @@ score, then path, then offset, so identical input gives identical output.
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from . import lexical, observe, overlay, ranking
+from .budgets import Deadline, check_trimmed, precheck_tokens, trim_to_tokens
 from .context_pack import format_context_text, item_from_payload
 from .contracts import CANONICAL, ContextItem, ContextPack, RetrievalQuery, Usage
 from .embedding import Embedder, normalize_whitespace
@@ -26,7 +27,7 @@ from .guardrails import check_collection
 from .ids import telemetry_id
 from .ranking import Candidate  # noqa: F401 - re-exported for callers that rank
 from .settings import Settings
-from .store import Match, SearchSpec, SparseVec, Store, Where
+from .store import Match, MatchAny, SearchSpec, SparseVec, Store, Where
 
 #: Candidates per branch (dense, BM25): enough for file-level evidence and diversity.
 CANDIDATE_POOL = 80
@@ -60,14 +61,34 @@ CANDIDATE_FIELDS = ("path", "chunk_hash", "offset_start", "trust_class", "run_id
 SYMBOL_CANDIDATE_FIELDS = CANDIDATE_FIELDS + ("text",)
 
 
-def canonical_where(query: RetrievalQuery) -> Where:
+@dataclass(frozen=True)
+class Scope:
+    """A server-side allow-list (the gateway's token scope): chunks outside it are never searched.
+
+    A chunk is in scope when its repo is one of `repos` AND its tenant one of
+    `tenants`. Client filters are applied on top, so they can only narrow it.
+    """
+
+    repos: tuple[str, ...]
+    tenants: tuple[str, ...]
+
+
+def scope_conditions(query: RetrievalQuery, scope: Scope | None = None) -> list:
+    """The store conditions for the request's filters plus the allow-list (shared by every branch)."""
     f = query.filters
-    must = [Match("trust_class", CANONICAL)]
+    must: list = []
     for key in ("tenant", "repo", "path", "language"):
         value = getattr(f, key)
         if value is not None:
             must.append(Match(key, value))
-    return Where(must=tuple(must))
+    if scope is not None:
+        must.append(MatchAny("tenant", tuple(scope.tenants)))
+        must.append(MatchAny("repo", tuple(scope.repos)))
+    return must
+
+
+def canonical_where(query: RetrievalQuery, scope: Scope | None = None) -> Where:
+    return Where(must=(Match("trust_class", CANONICAL), *scope_conditions(query, scope)))
 
 
 def prepare_query_text(text: str, max_chars: int) -> tuple[str, list[str]]:
@@ -101,21 +122,32 @@ def rank(candidates: list[Candidate]) -> list[Candidate]:
 
 @observe.search
 def retrieve_context_pack(
-    query: RetrievalQuery, *, settings: Settings, embedder: Embedder, store: Store
+    query: RetrievalQuery,
+    *,
+    settings: Settings,
+    embedder: Embedder,
+    store: Store,
+    scope: Scope | None = None,
+    started: float | None = None,
 ) -> ContextPack:
-    """FR-005's retrieve_context_pack(query, filters, top_k, budgets): no generative model anywhere."""
-    started = time.perf_counter()
+    """FR-005's retrieve_context_pack(query, filters, top_k, budgets): no generative model anywhere.
+
+    `scope` is the caller's allow-list (the gateway passes the token's); `started`
+    (time.monotonic) lets a server count the time since the request arrived.
+    Budget rules live in `budgets` so every transport applies the same ones.
+    """
     budgets = query.budgets
-    deadline = started + budgets.latency_ms / 1000 if budgets and budgets.latency_ms else None
+    deadline = Deadline(budgets.latency_ms if budgets else None, started)
     text, notes = prepare_query_text(query.query, settings.max_query_chars)
     top_k = query.top_k or settings.top_k
+    precheck_tokens(text, top_k, settings.chunk_chars, budgets)
     threshold = query.score_threshold if query.score_threshold is not None else default_threshold(settings, embedder.name)
 
     check_collection(store, embedder)
-    qvec = embedder.embed_query(text)
-    _check_deadline(deadline, started, "embedding the query")
+    deadline.check("checking the collection")
+    qvec = _bounded(lambda d: embedder.embed_query(text, deadline=d) if d else embedder.embed_query(text), deadline, "embedding the query")
     ids, values = lexical.query_vector(text)
-    where = canonical_where(query)
+    where = canonical_where(query, scope)
     pool = max(top_k * 4, CANDIDATE_POOL)
     fields = SYMBOL_CANDIDATE_FIELDS if ranking.query_symbols(text) else CANDIDATE_FIELDS
     specs = [SearchSpec(where=where, limit=pool, dense=qvec, fields=fields)]
@@ -126,9 +158,8 @@ def retrieve_context_pack(
         )
     plan = overlay.plan_search(query, specs)  # the run's live overlay joins the same batched request
     specs = specs + plan.specs
-    results = store.search(specs)
+    results = _bounded(lambda d: store.search(specs, deadline=d) if d else store.search(specs), deadline, "searching Qdrant")
     results = plan.combine(results)
-    _check_deadline(deadline, started, "searching Qdrant")
     ranked = ranking.score(text, ranking.merge(qvec, results[0], results[1] if ids else []))
     ranked = plan.order(ranked)  # overlay items first; shadowed canonical paths already dropped
 
@@ -138,13 +169,17 @@ def retrieve_context_pack(
     items = [item_from_payload(full[c.id], c.score) for c in kept if c.id in full]
     truncated = False
     if budgets and budgets.tokens:
+        before = items
         items, truncated = trim_to_tokens(items, budgets.tokens)
+        check_trimmed(len(before), items, before[0].token_count if before else 0, budgets, deadline.elapsed_ms())
         if truncated:
-            notes.append(f"dropped lowest-ranked items to fit the token budget of {budgets.tokens}")
+            notes.append(
+                f"dropped {len(before) - len(items)} lowest-ranked item(s) to fit the token budget of {budgets.tokens}"
+            )
     if not items:
         if best_score is None:
             notes.append("no chunks match these filters; check --filters or index the repository")
-        else:
+        elif not truncated:
             notes.append(
                 f"no chunk scored >= {threshold:.2f}; the best score seen was {best_score:.3f}. "
                 f"Lower --score-threshold (e.g. --score-threshold {max(best_score - 0.05, 0):.2f}) to see more."
@@ -155,10 +190,7 @@ def retrieve_context_pack(
         items=items,
         filters=query.filters.scope(),
         budgets=budgets,
-        usage=Usage(
-            tokens=sum(i.token_count for i in items),
-            latency_ms=round((time.perf_counter() - started) * 1000, 2),
-        ),
+        usage=Usage(tokens=sum(i.token_count for i in items), latency_ms=deadline.elapsed_ms()),
         transport=query.transport,
         retrieved_at=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
         telemetry_id=telemetry_id(),
@@ -171,23 +203,17 @@ def retrieve_context_pack(
     )
 
 
-def trim_to_tokens(items: list[ContextItem], budget: int) -> tuple[list[ContextItem], bool]:
-    """Keep the best items whose tokens fit the budget; whole items only."""
-    kept, total = [], 0
-    for item in items:
-        if total + item.token_count > budget:
-            return kept, True
-        kept.append(item)
-        total += item.token_count
-    return kept, False
+def _bounded(call, deadline: Deadline, stage: str):
+    """Run an embedder/store call under the latency deadline (handed to it), then enforce it.
 
-
-def _check_deadline(deadline: float | None, started: float, stage: str) -> None:
-    if deadline is not None and time.perf_counter() > deadline:
-        spent = (time.perf_counter() - started) * 1000
-        raise MoonmindError(
-            "latency_budget_exceeded",
-            f"Latency budget exceeded while {stage}: spent {spent:.0f} ms.",
-            "Raise budgets.latency_ms, narrow the filters, or retry when the store is less loaded.",
-            latency_ms=round(spent, 2),
-        )
+    A call that fails after the deadline passed failed *because* of it (its
+    timeout was the remaining budget), so that is reported as the budget error.
+    """
+    try:
+        out = call(deadline.at)
+    except MoonmindError:
+        if deadline.expired():
+            raise deadline.exceeded(stage) from None
+        raise
+    deadline.check(stage)
+    return out

@@ -70,6 +70,12 @@ class Settings(BaseModel):
     chunk_overlap_lines: int = Field(2, validation_alias="MOONMIND_CHUNK_OVERLAP_LINES", ge=0)
     max_file_bytes: int = Field(1_000_000, validation_alias="MOONMIND_MAX_FILE_BYTES", gt=0)
 
+    # --- RetrievalGateway (client side and server side) ------------------
+    retrieval_url: str | None = Field(None, validation_alias="MOONMIND_RETRIEVAL_URL")
+    retrieval_token: SecretStr | None = Field(None, validation_alias="MOONMIND_RETRIEVAL_TOKEN")
+    retrieval_fallback: Literal["direct", "none"] = Field("direct", validation_alias="MOONMIND_RETRIEVAL_FALLBACK")
+    gateway_tokens_file: Path | None = Field(None, validation_alias="MOONMIND_GATEWAY_TOKENS_FILE")
+
     # --- job scope -------------------------------------------------------
     run_id: str | None = Field(None, validation_alias="MOONMIND_RUN_ID")
     job_id: str | None = Field(None, validation_alias="MOONMIND_JOB_ID")
@@ -94,10 +100,10 @@ class Settings(BaseModel):
     statsd_prefix: str = Field("moonmind", validation_alias="STATSD_PREFIX")
     artifacts_dir: Path | None = Field(None, validation_alias="MOONMIND_ARTIFACTS_DIR")
 
-    @field_validator("moonmind_home", mode="after")
+    @field_validator("moonmind_home", "gateway_tokens_file", mode="after")
     @classmethod
-    def _expand_home(cls, v: Path) -> Path:
-        return v.expanduser()
+    def _expand_home(cls, v: Path | None) -> Path | None:
+        return v.expanduser() if v is not None else None
 
     @field_validator("artifacts_dir", mode="before")
     @classmethod
@@ -106,7 +112,7 @@ class Settings(BaseModel):
             return Path(v).expanduser() if v.strip() else None
         return v
 
-    @field_validator("qdrant_url", "openai_base_url", "statsd_host", mode="after")
+    @field_validator("qdrant_url", "openai_base_url", "statsd_host", "retrieval_url", mode="after")
     @classmethod
     def _blank_is_unset(cls, v: str | None) -> str | None:
         return v or None
@@ -144,6 +150,11 @@ class Settings(BaseModel):
         return self.qdrant_url is None
 
     @property
+    def tokens_file(self) -> Path:
+        """The gateway's bearer-token file (MOONMIND_GATEWAY_TOKENS_FILE, else under MOONMIND_HOME)."""
+        return self.gateway_tokens_file or self.moonmind_home / "gateway-tokens.json"
+
+    @property
     def data_dir(self) -> Path:
         return self.moonmind_home / "qdrant-edge"
 
@@ -155,7 +166,7 @@ class Settings(BaseModel):
     def secrets(self) -> list[str]:
         """Every configured secret value, so output can be scrubbed of them."""
         out = []
-        for s in (self.qdrant_api_key, self.google_api_key, self.openai_api_key):
+        for s in (self.qdrant_api_key, self.google_api_key, self.openai_api_key, self.retrieval_token):
             if s is not None and s.get_secret_value():
                 out.append(s.get_secret_value())
         return out

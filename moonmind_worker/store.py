@@ -13,6 +13,7 @@ recorded with the collection: in Qdrant's collection metadata on a server, in
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -135,7 +136,9 @@ class Store(Protocol):
 
     def delete_ids(self, ids: Sequence[str]) -> None: ...
 
-    def search(self, specs: Sequence[SearchSpec]) -> list[list[Hit]]: ...
+    def search(self, specs: Sequence[SearchSpec], deadline: float | None = None) -> list[list[Hit]]:
+        """`deadline` (time.monotonic) bounds the call, retries included: a latency budget."""
+        ...
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]: ...
 
@@ -309,9 +312,11 @@ class EdgeStore:
             self._open().update(UpdateOperation.delete_points(list(ids)))
             self._dirty = True
 
-    def search(self, specs: Sequence[SearchSpec]) -> list[list[Hit]]:
+    def search(self, specs: Sequence[SearchSpec], deadline: float | None = None) -> list[list[Hit]]:
+        """In-process: a search cannot be interrupted, so a spent budget refuses to start one."""
         from qdrant_edge import Query, QueryBatchRequest, QueryRequest, SparseVector
 
+        _refuse_if_expired(deadline)
         shard = self._open()
         requests = []
         for s in specs:
@@ -464,6 +469,15 @@ def _edge_filter(where: Where | None):
     )
 
 
+def _refuse_if_expired(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise MoonmindError(
+            "latency_budget_exceeded",
+            "The latency budget was spent before the search could start.",
+            "Raise budgets.latency_ms or retry when the service is less loaded.",
+        )
+
+
 def _missing(collection: str) -> MoonmindError:
     return MoonmindError(
         "collection_missing",
@@ -512,11 +526,13 @@ class QdrantClientStore:
         self._physical = False  # True for a sync target: created as itself, never behind an alias
         self._shared = False  # True for a sibling sharing this client: close() leaves the client open
 
-    def _call(self, fn, what: str):
+    def _call(self, fn, what: str, deadline: float | None = None):
         from .retry import call_with_retries
 
         try:
-            return call_with_retries(fn, what=f"{what} at {redact(self.location)}", service="qdrant")
+            return call_with_retries(
+                fn, what=f"{what} at {redact(self.location)}", service="qdrant", deadline=deadline
+            )
         except MoonmindError as err:
             raise _explain_auth(err, self._has_key) from None
 
@@ -649,9 +665,11 @@ class QdrantClientStore:
                 "Qdrant delete",
             )
 
-    def search(self, specs: Sequence[SearchSpec]) -> list[list[Hit]]:
+    def search(self, specs: Sequence[SearchSpec], deadline: float | None = None) -> list[list[Hit]]:
+        """Bounded by `deadline`: Qdrant's own search timeout plus the retry policy's stop."""
         from qdrant_client import models as m
 
+        _refuse_if_expired(deadline)
         requests = []
         for s in specs:
             if s.dense is not None:
@@ -668,8 +686,13 @@ class QdrantClientStore:
                     with_vector=[DENSE] if s.with_dense_vector else False,
                 )
             )
+        extra = {}
+        if deadline is not None:  # Qdrant takes whole seconds; the pipeline enforces the exact budget after
+            extra["timeout"] = max(1, math.ceil(deadline - time.monotonic()))
         responses = self._call(
-            lambda: self._client.query_batch_points(self.collection, requests=requests), "Qdrant query"
+            lambda: self._client.query_batch_points(self.collection, requests=requests, **extra),
+            "Qdrant query",
+            deadline=deadline,
         )
         out = []
         for resp in responses:

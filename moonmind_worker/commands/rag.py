@@ -23,6 +23,7 @@ def register(groups: dict) -> None:
     p = rag.add_parser("search", help="retrieve a context pack for a query")
     add_search_arguments(p)
     add_execution_arguments(p, write=False)
+    add_transport_arguments(p)
     p.set_defaults(_handler=cmd_search)
 
 
@@ -86,6 +87,22 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-file", default=None, help="also write the ContextPack JSON to this file")
 
 
+def add_transport_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--transport",
+        choices=["direct", "gateway", "auto"],
+        default="auto",
+        help="direct (Qdrant), gateway (MOONMIND_RETRIEVAL_URL), auto (gateway when MOONMIND_RETRIEVAL_URL is set)",
+    )
+    p.add_argument(
+        "--fallback",
+        choices=["direct", "none"],
+        default=None,
+        help="when the gateway fails or exceeds the latency budget: retry direct (default MOONMIND_RETRIEVAL_FALLBACK=direct)",
+    )
+    p.add_argument("--no-fallback", dest="fallback", action="store_const", const="none", help="never fall back to direct")
+
+
 def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
@@ -144,17 +161,62 @@ def print_pack(pack, args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    query = query_from_args(args)
-    if execution_mode(args) == "queue":
-        return print_pack(search_queued(query, args), args)
-
-    from ..pipeline import retrieve_context_pack
-    from ..runtime import get_embedder, get_store
     from ..settings import get_settings
 
+    query = query_from_args(args)
     settings = get_settings()
-    pack = retrieve_context_pack(query, settings=settings, embedder=get_embedder(settings), store=get_store(settings))
-    return print_pack(pack, args)
+    transport = getattr(args, "transport", "direct")
+    if transport == "auto":
+        transport = "gateway" if settings.retrieval_url else "direct"
+    if transport == "direct" and execution_mode(args) == "queue":
+        return print_pack(search_queued(query, args), args)
+    if transport == "direct":
+        return print_pack(search_direct(query, settings), args)
+    return print_pack(search_gateway(query, settings, args.fallback or settings.retrieval_fallback), args)
+
+
+def search_direct(query, settings):
+    from ..pipeline import retrieve_context_pack
+    from ..runtime import get_embedder, get_store
+
+    query = query.model_copy(update={"transport": "direct"})
+    return retrieve_context_pack(query, settings=settings, embedder=get_embedder(settings), store=get_store(settings))
+
+
+def direct_available(settings) -> bool:
+    """Direct retrieval can run here: a Qdrant URL is configured, or the embedded store holds the collection."""
+    return bool(settings.qdrant_url) or (settings.data_dir / settings.collection / "meta.json").exists()
+
+
+def search_gateway(query, settings, fallback: str):
+    """One POST to the gateway; on a gateway failure, direct retrieval when it is available and allowed."""
+    from ..cli import note
+    from ..gateway_client import FALLBACK_CODES, fetch_pack
+
+    if not settings.retrieval_url:
+        raise MoonmindError(
+            "missing_credentials",
+            "--transport gateway needs MOONMIND_RETRIEVAL_URL (the RetrievalGateway's base URL).",
+            "Export MOONMIND_RETRIEVAL_URL=https://gateway.example:8088, or use --transport direct.",
+        )
+    if settings.retrieval_token is None or not settings.retrieval_token.get_secret_value():
+        raise MoonmindError(
+            "missing_credentials",
+            "MOONMIND_RETRIEVAL_TOKEN is not set; the RetrievalGateway needs the worker's bearer token.",
+            "Export MOONMIND_RETRIEVAL_TOKEN (ask the gateway operator: `moonmind gateway add-token`).",
+        )
+    try:
+        return fetch_pack(query, url=settings.retrieval_url, token=settings.retrieval_token.get_secret_value())
+    except MoonmindError as err:
+        if err.code not in FALLBACK_CODES or fallback != "direct" or not direct_available(settings):
+            raise
+        from ..errors import redact
+
+        note(
+            redact(f"the RetrievalGateway failed ({err.code}: {err.message}); falling back to direct retrieval "
+                   "(--no-fallback to disable)", settings.secrets())
+        )
+        return search_direct(query, settings)
 
 
 def search_queued(query, args: argparse.Namespace):

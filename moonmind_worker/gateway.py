@@ -1,0 +1,289 @@
+"""The RetrievalGateway: spec 03's retrieval-only HTTP service (FastAPI app factory).
+
+A thin adapter around `pipeline.retrieve_context_pack`, the same function the
+CLI calls, so both transports return the same pack. It adds only what the
+network needs: bearer-token auth and scope (auth.py), the error envelope with
+spec 03's status codes, and server-side timing. No generative model is called.
+
+Errors: 400 invalid_query, 401 unauthenticated, 403 forbidden, 408
+latency_budget_exceeded, 413 token_budget_exceeded, 500 retrieval_failed, all
+as `{"error": {"code", "message", "action"}}`; budget errors add `usage` and
+`budget` (budget_type / budget_limit / budget_spent). Server-side failures are
+logged in full here and reported to the caller as retrieval_failed with a
+remedy, never with exception text, names or secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import threading
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .auth import TokenRegistry, authorize
+from .contracts import ContextPack, ErrorEnvelope, HealthStatus, RetrievalQuery, parse_query
+from .errors import MoonmindError, invalid_query
+from .settings import Settings, get_settings
+
+log = logging.getLogger("moonmind.gateway")
+
+#: Largest request body accepted (a query is at most a few KB; anything bigger is refused as invalid).
+MAX_BODY_BYTES = 64 * 1024
+#: Codes from the pipeline that reach the caller as they are; every other failure is retrieval_failed.
+CALLER_CODES = {"invalid_query", "latency_budget_exceeded", "token_budget_exceeded"}
+HEALTH_TTL_S = 1.0
+
+_ERRORS = {
+    400: "invalid_query: empty query, bad overlay policy, unknown or bad filters, top_k outside 1-50, malformed JSON",
+    401: "unauthenticated: missing or invalid bearer token",
+    403: "forbidden: repo/tenant outside the token's allow-list, or top_k above its limit",
+    408: "latency_budget_exceeded: budgets.latency_ms spent; `usage` carries the actual latency",
+    413: "token_budget_exceeded: budgets.tokens cannot hold one full-size chunk; `usage`/`budget` say by how much",
+    500: "retrieval_failed: store or embedding provider unavailable; `action` says what to do",
+}
+
+
+def _error_response(err: MoonmindError, status: int | None = None) -> JSONResponse:
+    body: dict[str, Any] = err.envelope()
+    usage = err.details.get("usage")
+    if isinstance(usage, dict):
+        body["usage"] = usage
+    if "budget_type" in err.details:
+        body["budget"] = {k: err.details[k] for k in ("budget_type", "budget_limit", "budget_spent")}
+    headers = {"WWW-Authenticate": "Bearer"} if err.code == "unauthenticated" else None
+    return JSONResponse(body, status_code=status or err.http_status, headers=headers)
+
+
+def _as_caller_error(err: MoonmindError) -> MoonmindError:
+    """What a pipeline failure may tell a remote caller: budget/query errors as they are, the rest generic."""
+    if err.code in CALLER_CODES:
+        return err
+    log.error("retrieval failed: [%s] %s | %s", err.code, err.message, err.action)
+    return MoonmindError(
+        "retrieval_failed",
+        f"Retrieval failed on the gateway ({err.code}).",
+        "Retry shortly; if it persists, ask the gateway operator to run `moonmind worker doctor` on the gateway "
+        "host (details are in the gateway log).",
+    )
+
+
+def _internal() -> MoonmindError:
+    return MoonmindError(
+        "retrieval_failed",
+        "Retrieval failed on the gateway (internal error).",
+        "Retry shortly; if it persists, report it to the gateway operator (details are in the gateway log).",
+    )
+
+
+def create_app(settings: Settings | None = None, registry: TokenRegistry | None = None) -> FastAPI:
+    """The gateway app. Reads the token file at creation (a broken file fails start-up, not requests)."""
+    from . import runtime
+
+    settings = settings or get_settings()
+    registry = registry or TokenRegistry(settings.tokens_file)
+    health_cache: dict[str, Any] = {"at": 0.0, "value": None}
+    health_lock = threading.Lock()
+
+    def resources():
+        return runtime.get_embedder(settings), runtime.get_store(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        try:
+            await run_in_threadpool(resources)  # load the model and open the store before the first request
+        except MoonmindError as err:
+            log.error("gateway starting without a usable store/embedder: [%s] %s", err.code, err.message)
+        loop = asyncio.get_running_loop()
+        if threading.current_thread() is threading.main_thread():
+            try:
+                loop.add_signal_handler(signal.SIGHUP, registry.reload)
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - non-Unix
+                pass
+        yield
+        runtime.close_all()
+
+    app = FastAPI(
+        title="MoonMind RetrievalGateway",
+        version="1",
+        description="Retrieval-only: embed → Qdrant → ContextPack. No generative model is ever called.",
+        lifespan=lifespan,
+    )
+    app.state.registry = registry
+    app.state.settings = settings
+
+    @app.exception_handler(MoonmindError)
+    async def _moonmind_error(request: Request, err: MoonmindError) -> JSONResponse:
+        return _error_response(err)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error_response(invalid_query("Invalid request.", "Fix the request fields and retry."))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 405:
+            err = MoonmindError("method_not_allowed", "Method not allowed on this path.", "See /docs for the API.")
+        elif exc.status_code == 404:
+            err = MoonmindError("not_found", "No such path.", "The API is POST /retrieval/context and GET /retrieval/health; see /docs.")
+        else:
+            err = invalid_query("Bad request.", "See /docs for the API.")
+        return _error_response(err, exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return _error_response(_internal())
+
+    responses = {code: {"model": ErrorEnvelope, "description": text} for code, text in _ERRORS.items()}
+
+    @app.post(
+        "/retrieval/context",
+        response_model=ContextPack,
+        responses=responses,
+        summary="Retrieve a context pack",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RetrievalQuery"}}},
+            },
+            "security": [{"bearer": []}],
+        },
+    )
+    async def retrieval_context(request: Request) -> Response:
+        """The same pack `moonmind rag search` builds, with transport "gateway" and server-measured latency."""
+        started = time.monotonic()
+        grant = registry.authenticate(request.headers.get("authorization"))
+        query = parse_query(await _read_json(request))
+        query, scope = authorize(grant, query.model_copy(update={"transport": "gateway"}), settings.top_k)
+        try:
+            pack = await run_in_threadpool(_retrieve, settings, resources, query, scope, started)
+        except MoonmindError as err:
+            return _error_response(_as_caller_error(err))
+        return Response(pack.model_dump_json(), media_type="application/json")
+
+    @app.get(
+        "/retrieval/health",
+        response_model=HealthStatus,
+        responses={503: {"model": HealthStatus, "description": "store or embedder unusable; `reason` says which"}},
+        summary="Is retrieval available?",
+    )
+    async def retrieval_health(request: Request) -> JSONResponse:
+        """`ok`, or 503 with a coarse reason. Callers with a valid token also get the operator's remedy."""
+        now = time.monotonic()
+        with health_lock:
+            cached = health_cache["value"] if now - health_cache["at"] < HEALTH_TTL_S else None
+        if cached is None:
+            cached = await run_in_threadpool(_health, settings, resources)
+            with health_lock:
+                health_cache.update(at=time.monotonic(), value=cached)
+        reason, err = cached
+        if reason is None:
+            return JSONResponse({"status": "ok"})
+        body: dict[str, Any] = {
+            "status": "unavailable",
+            "reason": reason,
+            "error": {
+                "code": "retrieval_failed",
+                "message": f"Retrieval is unavailable ({reason}).",
+                "action": "Ask the gateway operator to run `moonmind worker doctor` on the gateway host.",
+            },
+        }
+        if request.headers.get("authorization"):
+            try:
+                registry.authenticate(request.headers.get("authorization"))
+                body["error"] = err.envelope(settings.secrets())["error"]
+            except MoonmindError:
+                pass
+        return JSONResponse(body, status_code=503)
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            query_schema = RetrievalQuery.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {})
+            components.setdefault("schemas", {}).update(query_schema.pop("$defs", {}))
+            components["schemas"]["RetrievalQuery"] = query_schema
+            components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            app.openapi_schema = jsonable_encoder(schema)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+async def _read_json(request: Request) -> dict:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise invalid_query(f"Request body over {MAX_BODY_BYTES} bytes.", "Send a shorter query.")
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise invalid_query(f"Request body over {MAX_BODY_BYTES} bytes.", "Send a shorter query.")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise invalid_query("The request body is not valid JSON.", "Send a RetrievalQuery as a JSON object.") from None
+    if not isinstance(data, dict):
+        raise invalid_query("The request body must be a JSON object.", "Send a RetrievalQuery as a JSON object.")
+    return data
+
+
+def _retrieve(settings: Settings, resources, query: RetrievalQuery, scope, started: float) -> ContextPack:
+    from .pipeline import retrieve_context_pack
+
+    try:
+        embedder, store = resources()
+        return retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope, started=started)
+    except MoonmindError:
+        raise
+    except Exception:  # noqa: BLE001 - logged here, generic for the caller
+        log.exception("unexpected error in the retrieval pipeline")
+        raise _internal() from None
+
+
+#: Coarse health reasons: they name the failing part, never the collection or the exception.
+_HEALTH_REASONS = {
+    "collection_missing": "collection_not_ready",
+    "schema_unsupported": "collection_not_ready",
+    "embedding_dimension_mismatch": "embedding_mismatch",
+    "embedding_model_mismatch": "embedding_mismatch",
+    "missing_credentials": "embedder_unavailable",
+    "embedding_provider_error": "embedder_unavailable",
+    "quota_exhausted": "embedder_unavailable",
+    "unauthenticated": "embedder_unavailable",
+}
+
+
+def _health(settings: Settings, resources) -> tuple[str | None, MoonmindError | None]:
+    from .guardrails import check_collection
+
+    try:
+        embedder, store = resources()
+        check_collection(store, embedder)
+        return None, None
+    except MoonmindError as err:
+        log.warning("health check failed: [%s] %s", err.code, err.message)
+        return _HEALTH_REASONS.get(err.code, "store_unavailable"), err
+    except Exception:  # noqa: BLE001
+        log.exception("health check failed")
+        return "internal_error", _internal()
+
+
+def serve(host: str, port: int, settings: Settings | None = None, access_log: bool = False) -> None:
+    """Run the gateway with uvicorn until SIGINT/SIGTERM (SIGHUP reloads the token file)."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log, lifespan="on")

@@ -1,0 +1,438 @@
+"""The RetrievalGateway (issue 6, spec 03): a real `moonmind gateway serve` on loopback, driven by httpx
+and by the real CLI. The same fixture tree is indexed under several repos/tenants (including case and
+Unicode look-alikes) so scope enforcement has something to leak."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import FIXTURE_FILES, write_tree
+from gateway_helpers import Gateway, add_token, clean_env, copy_home, index_in_process, run_cli, start_gateway
+
+#: (repo, tenant) pairs indexed; only ("demo", "acme") is inside the narrow token's scope.
+INDEXED = [("demo", "acme"), ("secret", "acme"), ("demo", "other"), ("Demo", "acme"), ("d\u0435mo", "acme")]
+QUERY = "where are bearer tokens checked"
+ENVELOPE_KEYS = {"code", "message", "action"}
+#: More auth-flavoured files, so a full pack is larger than the smallest budget the gateway accepts.
+EXTRA_FILES = {
+    f"auth/layer{n}.py": "\n".join(
+        [f'"""Bearer token middleware layer {n}: checks tokens on every request."""', ""]
+        + [f"def check_token_{n}_{i}(header, expected):\n    \"\"\"Check the bearer token in header {i}.\"\"\"\n"
+           f"    scheme, _, token = header.partition(' ')\n    return scheme == 'Bearer' and token == expected\n"
+           for i in range(12)]
+    )
+    for n in range(4)
+}
+
+
+@dataclass
+class World:
+    base: Path
+    direct_home: Path
+    gateway_home: Path
+    gw: Gateway
+    narrow: str  # repos [demo], tenants [acme], max_top_k 20
+    wide: str  # repos [demo, secret], tenants [acme]
+
+    def cli_env(self, token: str | None = None, **extra: str) -> dict[str, str]:
+        e = clean_env(self.direct_home, **({"MOONMIND_RETRIEVAL_URL": self.gw.url} | extra))
+        e["MOONMIND_RETRIEVAL_TOKEN"] = token if token is not None else self.narrow
+        return e
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> World:
+    base = tmp_path_factory.mktemp("gateway")
+    repo = write_tree(base / "repo", FIXTURE_FILES | EXTRA_FILES)
+    direct_home = base / "direct-home"
+    direct_home.mkdir()
+    index_in_process(direct_home, repo, INDEXED)
+    gateway_home = copy_home(direct_home, base / "gateway-home")
+    gw_env = clean_env(gateway_home)
+    narrow = add_token(gw_env, "narrow", ["demo"], ["acme"], max_top_k=20)
+    wide = add_token(gw_env, "wide", ["demo", "secret"], ["acme"])
+    gw = start_gateway(gateway_home, gw_env, base)
+    yield World(base, direct_home, gateway_home, gw, narrow, wide)
+    gw.stop()
+
+
+def post(world: World, body, token: str | None = "narrow", **kw) -> httpx.Response:
+    tok = {"narrow": world.narrow, "wide": world.wide}.get(token, token) if token else None
+    with world.gw.client(tok) as c:
+        if isinstance(body, (bytes, str)):
+            return c.post("/retrieval/context", content=body, headers={"Content-Type": "application/json"}, **kw)
+        return c.post("/retrieval/context", json=body, **kw)
+
+
+def assert_envelope(resp: httpx.Response, status: int, code: str) -> dict:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body["error"]) == ENVELOPE_KEYS
+    assert body["error"]["code"] == code
+    assert "Traceback" not in resp.text
+    return body
+
+
+# ------------------------------------------------------------------ parity ---
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--query", QUERY, "--filters", "repo=demo", "tenant=acme"],
+        ["--query", "connection pool", "--filters", "repo=demo", "tenant=acme", "--top-k", "3"],
+        ["--query", "caching redis ttl", "--filters", "repo=demo", "tenant=acme", "path=docs/guide.md"],
+        ["--query", "render template", "--filters", "repo=demo", "tenant=acme", "--budget", "tokens=400"],
+    ],
+)
+def test_gateway_and_direct_return_identical_packs(world, args):
+    dj = run_cli("rag", "search", *args, "--transport", "direct", "--json", env=world.cli_env())
+    gj = run_cli("rag", "search", *args, "--transport", "gateway", "--no-fallback", "--json", env=world.cli_env())
+    d, g = json.loads(dj.stdout), json.loads(gj.stdout)
+    assert (d["transport"], g["transport"]) == ("direct", "gateway")
+    assert g["items"] == d["items"] and g["context_text"] == d["context_text"]
+    assert g["usage"]["tokens"] == d["usage"]["tokens"] and g["usage"]["latency_ms"] > 0
+    assert d["items"] and d["context_text"].startswith("### Retrieved Context")
+
+
+def test_gateway_and_direct_print_identical_markdown(world):
+    args = ["--query", QUERY, "--filters", "repo=demo", "tenant=acme"]
+    direct = run_cli("rag", "search", *args, "--transport", "direct", env=world.cli_env())
+    gateway = run_cli("rag", "search", *args, "--transport", "gateway", "--no-fallback", env=world.cli_env())
+    assert direct.returncode == 0 and gateway.returncode == 0, direct.stderr + gateway.stderr
+    assert direct.stdout.startswith("### Retrieved Context") and gateway.stdout == direct.stdout
+
+
+def test_auto_transport_uses_the_gateway_without_any_qdrant_configuration(world, tmp_path):
+    empty_home = tmp_path / "no-store"
+    empty_home.mkdir()
+    env = clean_env(empty_home, MOONMIND_RETRIEVAL_URL=world.gw.url, MOONMIND_RETRIEVAL_TOKEN=world.narrow)
+    r = run_cli("rag", "search", "--query", QUERY, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    pack = json.loads(r.stdout)
+    assert pack["transport"] == "gateway" and pack["items"]
+    assert not (empty_home / "qdrant-edge").exists()
+
+
+def test_gateway_transport_imports_no_qdrant_numpy_or_web_framework(world):
+    code = (
+        "import sys, io, contextlib\n"
+        "from moonmind_worker.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    rc = main(['rag', 'search', '--query', {QUERY!r}, '--no-fallback'])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'qdrant_client', 'qdrant_edge', 'fastapi', 'uvicorn', 'openai', 'httpx', 'celery'})\n"
+        "print(rc, heavy)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=world.cli_env(), timeout=60)
+    assert r.stdout.strip() == "0 []", r.stdout + r.stderr
+
+
+# -------------------------------------------------------------------- auth ---
+
+
+def test_missing_token_is_401(world):
+    body = assert_envelope(post(world, {"query": QUERY}, token=None), 401, "unauthenticated")
+    assert "bearer" in body["error"]["action"].lower()
+
+
+def test_wrong_token_is_401(world):
+    assert_envelope(post(world, {"query": QUERY}, token="mmw_not-a-real-token"), 401, "unauthenticated")
+
+
+def test_unauthenticated_request_learns_nothing_about_its_body(world):
+    # auth comes before validation: an anonymous caller cannot probe the schema
+    assert_envelope(post(world, {"query": "", "bogus": 1}, token=None), 401, "unauthenticated")
+
+
+def test_cli_shows_401_without_the_token(world):
+    bad = "mmw_wrong-token-value-that-must-not-leak"
+    r = run_cli("rag", "search", "--query", QUERY, "--no-fallback", env=world.cli_env(bad))
+    assert r.returncode == 4 and r.stdout == ""
+    assert "error[unauthenticated]" in r.stderr and bad not in r.stderr
+
+
+def test_repo_outside_allow_list_is_403(world):
+    body = assert_envelope(post(world, {"query": QUERY, "filters": {"repo": "secret"}}), 403, "forbidden")
+    assert "secret" in body["error"]["message"]
+
+
+def test_tenant_outside_allow_list_is_403(world):
+    assert_envelope(post(world, {"query": QUERY, "filters": {"tenant": "other"}}), 403, "forbidden")
+
+
+def test_cli_shows_403_and_does_not_fall_back_to_direct(world):
+    r = run_cli("rag", "search", "--query", QUERY, "--filters", "repo=secret", env=world.cli_env())
+    assert r.returncode == 4 and r.stdout == ""
+    assert "error[forbidden]" in r.stderr and "falling back" not in r.stderr
+    assert world.narrow not in r.stderr
+
+
+def test_top_k_above_the_tokens_limit_is_403(world):
+    assert_envelope(post(world, {"query": QUERY, "top_k": 21}), 403, "forbidden")
+    assert post(world, {"query": QUERY, "top_k": 20}).status_code == 200
+
+
+def _scope_of(resp: httpx.Response) -> set[tuple[str, str]]:
+    return {(i["payload"]["repo"], i["payload"]["tenant"]) for i in resp.json()["items"]}
+
+
+def test_request_without_filters_is_scoped_to_the_allow_list(world):
+    # the data to leak is there: direct retrieval without filters sees other repos and tenants
+    direct = run_cli("rag", "search", "--query", QUERY, "--top-k", "50", "--transport", "direct", "--json",
+                     "--score-threshold", "0", env=world.cli_env())
+    assert len({(i["payload"]["repo"], i["payload"]["tenant"]) for i in json.loads(direct.stdout)["items"]}) > 1
+    narrow = post(world, {"query": QUERY, "top_k": 20, "score_threshold": 0})
+    assert narrow.status_code == 200 and _scope_of(narrow) == {("demo", "acme")}
+    wide = post(world, {"query": QUERY, "top_k": 50, "score_threshold": 0}, token="wide")
+    assert _scope_of(wide) == {("demo", "acme"), ("secret", "acme")}
+
+
+REPO_VALUES = [None, "demo", "Demo", "DEMO", "d\u0435mo", "demo\u200b", " demo ", "secret", "demo*", "", "x" * 5000, ".*"]
+TENANT_VALUES = [None, "acme", "ACME", "\u0430cme", "other", "acme ", "", "y" * 5000]
+
+
+def test_no_filter_combination_returns_a_chunk_outside_the_tokens_scope(world):
+    allowed = 0
+    combos = [(r, t, {}) for r, t in itertools.product(REPO_VALUES, TENANT_VALUES)]
+    combos += [(r, t, {"path": "auth/tokens.py", "language": "python"}) for r, t in zip(REPO_VALUES, TENANT_VALUES * 2)]
+    for repo, tenant, extra in combos:
+        filters = {k: v for k, v in (("repo", repo), ("tenant", tenant)) if v is not None} | extra
+        resp = post(world, {"query": QUERY, "top_k": 20, "score_threshold": 0, "filters": filters})
+        assert resp.status_code in (200, 403), (filters, resp.text)
+        if resp.status_code == 200:
+            allowed += 1
+            assert _scope_of(resp) <= {("demo", "acme")}, filters
+        else:
+            assert set(resp.json()["error"]) == ENVELOPE_KEYS
+            assert len(resp.text) < 1000  # very long values are not reflected back whole
+    assert allowed >= 4  # in-scope spellings (unset, exact, blank, surrounding spaces) do succeed
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [{"Repo": "secret"}, {"REPO": "secret"}, {"repo_": "secret"}, {"colour": "blue"}, {"repo": ["demo", "secret"]},
+     {"repo": {"$ne": "demo"}}, {"tenant": 7}, "repo=secret", ["secret"]],
+)
+def test_unknown_or_malformed_filters_are_400_not_widened(world, filters):
+    assert_envelope(post(world, {"query": QUERY, "filters": filters}), 400, "invalid_query")
+
+
+def test_top_level_scope_keys_are_refused(world):
+    assert_envelope(post(world, {"query": QUERY, "repo": "secret", "tenant": "other"}), 400, "invalid_query")
+
+
+# -------------------------------------------------------------- validation ---
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"query": ""}, {"query": "   "}, {}, {"query": 5}, {"query": QUERY, "top_k": 0}, {"query": QUERY, "top_k": 51},
+        {"query": QUERY, "top_k": "many"}, {"query": QUERY, "overlay_policy": "always"},
+        {"query": QUERY, "budgets": {"tokens": -1}}, {"query": QUERY, "budgets": {"dollars": 3}},
+        "not json", "[1, 2]", '"just a string"', "",
+    ],
+)
+def test_invalid_requests_are_400_invalid_query_never_422(world, body):
+    assert_envelope(post(world, body), 400, "invalid_query")
+
+
+def test_oversized_body_is_refused(world):
+    assert_envelope(post(world, {"query": "q " * 40_000}), 400, "invalid_query")
+
+
+def test_unknown_path_and_method_answer_in_the_envelope(world):
+    with world.gw.client() as c:
+        assert_envelope(c.get("/nope"), 404, "not_found")
+        assert_envelope(c.get("/retrieval/context"), 405, "method_not_allowed")
+
+
+# ----------------------------------------------------------------- budgets ---
+
+
+def test_token_budget_that_cannot_hold_one_chunk_is_413_before_searching(world):
+    body = assert_envelope(post(world, {"query": QUERY, "budgets": {"tokens": 50}}), 413, "token_budget_exceeded")
+    assert body["usage"] == {"tokens": 0, "latency_ms": 0.0}
+    assert body["budget"]["budget_type"] == "tokens" and body["budget"]["budget_limit"] == 50
+    assert body["budget"]["budget_spent"] > 50
+
+
+def test_spec_example_budget_is_accepted_and_trimmed_to_fit(world):
+    resp = post(world, {"query": QUERY, "top_k": 8, "score_threshold": 0, "budgets": {"tokens": 1200, "latency_ms": 5000}})
+    assert resp.status_code == 200, resp.text
+    pack = resp.json()
+    assert pack["budgets"] == {"tokens": 1200, "latency_ms": 5000}
+    assert 0 < pack["usage"]["tokens"] <= 1200
+    assert pack["usage"]["tokens"] == sum(i["token_count"] for i in pack["items"])
+
+
+def test_trimming_drops_whole_lowest_ranked_items_and_says_so(world):
+    full = post(world, {"query": QUERY, "top_k": 8, "score_threshold": 0}).json()
+    assert full["usage"]["tokens"] > 400 and not full["truncated"]
+    trimmed = post(world, {"query": QUERY, "top_k": 8, "score_threshold": 0, "budgets": {"tokens": 400}}).json()
+    assert trimmed["truncated"] is True and trimmed["usage"]["tokens"] <= 400
+    assert trimmed["items"] == full["items"][: len(trimmed["items"])]
+    assert any("token budget" in n for n in trimmed["notes"])
+
+
+def test_cli_token_budget_refusal_exits_5_on_both_transports(world):
+    for transport in ("direct", "gateway"):
+        r = run_cli("rag", "search", "--query", QUERY, "--budget", "tokens=20", "--transport", transport, "--json",
+                    "--no-fallback", env=world.cli_env())
+        assert r.returncode == 5 and r.stdout == "", transport
+        assert json.loads(r.stderr.strip().splitlines()[-1])["error"]["code"] == "token_budget_exceeded"
+
+
+def test_tiny_latency_budget_is_408_with_actual_latency(world):
+    body = assert_envelope(post(world, {"query": QUERY, "budgets": {"latency_ms": 1}}), 408, "latency_budget_exceeded")
+    assert body["usage"]["latency_ms"] >= 1
+    assert body["budget"] == {"budget_type": "latency_ms", "budget_limit": 1, "budget_spent": body["usage"]["latency_ms"]}
+
+
+# ------------------------------------------------------------------ health ---
+
+
+def test_health_is_ok_for_anonymous_callers(world):
+    with world.gw.client() as c:
+        r = c.get("/retrieval/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+def test_unhealthy_gateway_gives_a_reason_but_no_names(world, tmp_path):
+    home = tmp_path / "unindexed"
+    home.mkdir()
+    env = clean_env(home)
+    token = add_token(env, "t", ["demo"], ["acme"])
+    gw = start_gateway(home, env, tmp_path)
+    try:
+        with gw.client() as c:
+            anon = c.get("/retrieval/health")
+        assert anon.status_code == 503
+        assert anon.json()["status"] == "unavailable" and anon.json()["reason"] == "collection_not_ready"
+        assert "moonmind__repo" not in anon.text and str(home) not in anon.text
+        with gw.client(token) as c:
+            authed = c.get("/retrieval/health")
+            assert "moonmind rag index" in authed.json()["error"]["action"]  # the operator's remedy, for a token holder
+            failed = c.post("/retrieval/context", json={"query": QUERY})
+        body = assert_envelope(failed, 500, "retrieval_failed")
+        assert "moonmind__repo" not in failed.text and body["error"]["action"]
+    finally:
+        gw.stop()
+
+
+# ----------------------------------------------------------------- openapi ---
+
+
+def test_openapi_declares_every_error_response_and_docs_are_served(world):
+    with world.gw.client() as c:
+        spec = c.get("/openapi.json").json()
+        assert c.get("/docs").status_code == 200
+    op = spec["paths"]["/retrieval/context"]["post"]
+    assert set(op["responses"]) == {"200", "400", "401", "403", "408", "413", "500"}
+    assert "422" not in json.dumps(spec["paths"])
+    assert op["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/RetrievalQuery"}
+    assert {"RetrievalQuery", "Filters", "Budgets", "ContextPack", "ErrorEnvelope"} <= set(spec["components"]["schemas"])
+    assert set(spec["paths"]["/retrieval/health"]["get"]["responses"]) == {"200", "503"}
+
+
+# ----------------------------------------------------------- token reloads ---
+
+
+def test_a_token_added_while_running_works_without_restart(world):
+    env = clean_env(world.gateway_home)
+    token = add_token(env, f"late-{time.time_ns()}", ["demo"], ["acme"])
+    assert post(world, {"query": QUERY}, token=token).status_code == 200
+
+
+def test_sighup_reloads_the_token_file_without_dropping_requests(world):
+    path = world.gateway_home / "gateway-tokens.json"
+    original = path.read_text()
+    data = json.loads(original)
+    env = clean_env(world.base / "scratch-home")
+    fresh = add_token(env, "fresh", ["demo"], ["acme"])
+    fresh_hash = json.loads((world.base / "scratch-home" / "gateway-tokens.json").read_text())["tokens"][0]["hash"]
+    victim = next(t for t in data["tokens"] if t["name"] == "wide")
+    st = path.stat()
+    # same size, same inode, same mtime: only SIGHUP can make the gateway notice
+    with open(path, "r+") as f:
+        f.write(original.replace(victim["hash"], fresh_hash))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert post(world, {"query": QUERY}, token=fresh).status_code == 401
+
+    failures: list[int] = []
+    stop = threading.Event()
+
+    def hammer():
+        with world.gw.client(world.narrow) as c:
+            while not stop.is_set():
+                r = c.post("/retrieval/context", json={"query": QUERY, "top_k": 2})
+                if r.status_code != 200:
+                    failures.append(r.status_code)
+
+    threads = [threading.Thread(target=hammer) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(5):
+            world.gw.proc.send_signal(signal.SIGHUP)
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert failures == []
+    assert post(world, {"query": QUERY}, token=fresh).status_code == 200
+    assert post(world, {"query": QUERY}, token="wide").status_code == 401  # its entry was replaced: revoked
+    path.write_text(original)
+    assert post(world, {"query": QUERY}, token="wide").status_code == 200
+
+
+# ---------------------------------------------------------------- fallback ---
+
+
+def test_unreachable_gateway_falls_back_to_direct_and_says_so(world):
+    from gateway_helpers import free_port
+
+    env = world.cli_env(MOONMIND_RETRIEVAL_URL=f"http://127.0.0.1:{free_port()}")
+    r = run_cli("rag", "search", "--query", QUERY, "--filters", "repo=demo", "tenant=acme", env=env)
+    direct = run_cli("rag", "search", "--query", QUERY, "--filters", "repo=demo", "tenant=acme", "--transport", "direct",
+                     env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == direct.stdout
+    assert "falling back to direct" in r.stderr and world.narrow not in r.stderr
+
+
+def test_no_fallback_reports_the_unreachable_gateway(world):
+    from gateway_helpers import free_port
+
+    env = world.cli_env(MOONMIND_RETRIEVAL_URL=f"http://127.0.0.1:{free_port()}")
+    r = run_cli("rag", "search", "--query", QUERY, "--no-fallback", env=env)
+    assert r.returncode == 4 and r.stdout == ""
+    assert "error[retrieval_failed]" in r.stderr and "MOONMIND_RETRIEVAL_URL" in r.stderr
+
+
+def test_no_fallback_when_direct_is_not_available(world, tmp_path):
+    from gateway_helpers import free_port
+
+    env = clean_env(tmp_path, MOONMIND_RETRIEVAL_URL=f"http://127.0.0.1:{free_port()}", MOONMIND_RETRIEVAL_TOKEN="x")
+    r = run_cli("rag", "search", "--query", QUERY, env=env)
+    assert r.returncode == 4 and "falling back" not in r.stderr
+
+
+def test_gateway_transport_without_url_or_token_says_what_to_set(world, tmp_path):
+    r = run_cli("rag", "search", "--query", QUERY, "--transport", "gateway", env=clean_env(tmp_path))
+    assert r.returncode == 3 and "MOONMIND_RETRIEVAL_URL" in r.stderr
+    r = run_cli("rag", "search", "--query", QUERY, env=clean_env(tmp_path, MOONMIND_RETRIEVAL_URL=world.gw.url))
+    assert r.returncode == 3 and "MOONMIND_RETRIEVAL_TOKEN" in r.stderr
