@@ -65,7 +65,7 @@ class RetrievalQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str
+    query: str = Field(pattern=r"\S", description="what to look for; must contain a non-blank character")
     top_k: int | None = Field(None, ge=TOP_K_MIN, le=TOP_K_MAX)
     filters: Filters = Field(default_factory=Filters)
     overlay_policy: Literal["include", "skip"] = "include"
@@ -233,7 +233,8 @@ def _describe(exc) -> str:
             else:
                 reasons.append(f"unknown field {loc!r}")
         elif loc == "query":
-            reasons.append("the query must not be empty" if "empty" in e["msg"] else f"query: {e['msg']}")
+            blank = "empty" in e["msg"] or e["type"] == "string_pattern_mismatch"
+            reasons.append("the query must not be empty" if blank else f"query: {e['msg']}")
         elif loc == "top_k":
             reasons.append(f"top_k must be between {TOP_K_MIN} and {TOP_K_MAX}")
         else:

@@ -1,21 +1,15 @@
 """Real parts for the gateway tests: a `moonmind gateway serve` subprocess on a free loopback port,
-and a local HTTP server speaking the OpenAI embeddings protocol (deterministic, optionally slow or failing)."""
+and in-process indexing of fixture trees (one model load for several repos/tenants)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -103,68 +97,6 @@ def copy_home(src: Path, dst: Path) -> Path:
     """A copy of an indexed MOONMIND_HOME: the embedded store has one owning process at a time."""
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("owner.lock"))
     return dst
-
-
-# ------------------------------------------------- OpenAI-compatible embeddings server ---
-
-DIMS = 64
-_WORD = re.compile(r"[A-Za-z0-9_]+")
-
-
-def fake_embedding(text: str) -> list[float]:
-    """Deterministic bag-of-hashed-words vector: similar texts get similar vectors."""
-    v = [0.0] * DIMS
-    for w in _WORD.findall(text.lower()):
-        h = int.from_bytes(hashlib.sha256(w.encode()).digest()[:4], "big")
-        v[h % DIMS] += 1.0 if (h >> 16) & 1 else -1.0
-    n = math.sqrt(sum(x * x for x in v)) or 1.0
-    return [x / n for x in v]
-
-
-class EmbeddingsServer:
-    """POST /v1/embeddings like OpenAI's. `delay_s` makes it slow; `fail_status` makes it fail."""
-
-    def __init__(self) -> None:
-        self.delay_s = 0.0
-        self.fail_status: int | None = None
-        self.requests = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):  # quiet
-                pass
-
-            def do_POST(self):  # noqa: N802
-                outer.requests += 1
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                if outer.delay_s:
-                    time.sleep(outer.delay_s)
-                if outer.fail_status:
-                    out = json.dumps({"error": {"message": "upstream exploded", "type": "server_error"}}).encode()
-                    self.send_response(outer.fail_status)
-                else:
-                    inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                    data = [{"object": "embedding", "index": i, "embedding": fake_embedding(t)} for i, t in enumerate(inputs)]
-                    out = json.dumps({"object": "list", "data": data, "model": body.get("model"),
-                                      "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
-                    self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                try:
-                    self.wfile.write(out)
-                except OSError:
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def index_in_process(home: Path, root: Path, pairs: list[tuple[str, str]], **settings_kw) -> None:
