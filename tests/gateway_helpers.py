@@ -113,3 +113,20 @@ def index_in_process(home: Path, root: Path, pairs: list[tuple[str, str]], **set
             index_repository(root, repo=repo, tenant=tenant, settings=settings, embedder=embedder, store=store)
     finally:
         store.close()
+
+
+def overlay_in_process(home: Path, root: Path, paths: list[str], runs: list[tuple[str, str, str]]) -> None:
+    """Write workspace overlays for `paths` once per (run_id, repo, tenant), then release the store."""
+    from moonmind_worker.embedding import make_embedder
+    from moonmind_worker.overlay import upsert_overlay
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.store import open_store
+
+    settings = Settings(_env_file=None, moonmind_home=home)
+    embedder, store = make_embedder(settings), open_store(settings)
+    try:
+        for run_id, repo, tenant in runs:
+            upsert_overlay([root / p for p in paths], root=root, run_id=run_id, ttl_s=3600, repo=repo, tenant=tenant,
+                           settings=settings, embedder=embedder, store=store)
+    finally:
+        store.close()

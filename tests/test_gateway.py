@@ -19,12 +19,21 @@ import httpx
 import pytest
 
 from conftest import FIXTURE_FILES, write_tree
-from gateway_helpers import Gateway, add_token, clean_env, copy_home, index_in_process, run_cli, start_gateway
+from gateway_helpers import (
+    Gateway, add_token, clean_env, copy_home, index_in_process, overlay_in_process, run_cli, start_gateway,
+)
 
 #: (repo, tenant) pairs indexed; only ("demo", "acme") is inside the narrow token's scope.
 INDEXED = [("demo", "acme"), ("secret", "acme"), ("demo", "other"), ("Demo", "acme"), ("d\u0435mo", "acme")]
 QUERY = "where are bearer tokens checked"
 ENVELOPE_KEYS = {"code", "message", "action"}
+#: A worker's uncommitted edit, overlaid for these (run_id, repo, tenant): only run-1 in demo/acme is in scope.
+OVERLAY_TEXT = '''
+    def check_bearer_token(header, expected):
+        """Overlay edit: bearer tokens are checked by the new verify_bearer helper."""
+        return verify_bearer(header, expected)
+    '''
+OVERLAYS = [("run-1", "demo", "acme"), ("run-1", "secret", "acme"), ("run-1", "demo", "other"), ("run-2", "demo", "acme")]
 #: More auth-flavoured files, so a full pack is larger than the smallest budget the gateway accepts.
 EXTRA_FILES = {
     f"auth/layer{n}.py": "\n".join(
@@ -59,6 +68,8 @@ def world(tmp_path_factory) -> World:
     direct_home = base / "direct-home"
     direct_home.mkdir()
     index_in_process(direct_home, repo, INDEXED)
+    edited = write_tree(base / "workspace", FIXTURE_FILES | {"auth/tokens.py": OVERLAY_TEXT})
+    overlay_in_process(direct_home, edited, ["auth/tokens.py"], OVERLAYS)
     gateway_home = copy_home(direct_home, base / "gateway-home")
     gw_env = clean_env(gateway_home)
     narrow = add_token(gw_env, "narrow", ["demo"], ["acme"], max_top_k=20)
@@ -231,6 +242,34 @@ def test_unknown_or_malformed_filters_are_400_not_widened(world, filters):
 
 def test_top_level_scope_keys_are_refused(world):
     assert_envelope(post(world, {"query": QUERY, "repo": "secret", "tenant": "other"}), 400, "invalid_query")
+
+
+# ---------------------------------------------------------------- overlays ---
+
+
+def _overlay_items(resp: httpx.Response) -> list[dict]:
+    assert resp.status_code == 200, resp.text
+    return [i for i in resp.json()["items"] if i["trust_class"] == "overlay"]
+
+
+@pytest.mark.parametrize("run_id", ["run-1", "run-2"])
+def test_overlays_come_only_from_the_requests_run_and_the_tokens_scope(world, run_id):
+    body = {"query": "verify_bearer overlay edit bearer tokens", "top_k": 20, "score_threshold": 0,
+            "filters": {"run_id": run_id}}
+    for token in ("narrow", "wide"):
+        overlays = _overlay_items(post(world, body, token=token))
+        assert overlays, token
+        assert {(i["payload"]["run_id"], i["payload"]["repo"], i["payload"]["tenant"]) for i in overlays} <= {
+            (run_id, "demo", "acme"), (run_id, "secret", "acme")}
+        if token == "narrow":
+            assert {i["payload"]["repo"] for i in overlays} == {"demo"}
+
+
+def test_no_overlays_without_a_run_id_or_with_overlay_skip(world):
+    q = {"query": "verify_bearer overlay edit bearer tokens", "top_k": 20, "score_threshold": 0}
+    assert _overlay_items(post(world, q, token="wide")) == []
+    skip = q | {"filters": {"run_id": "run-1"}, "overlay_policy": "skip"}
+    assert _overlay_items(post(world, skip, token="wide")) == []
 
 
 # -------------------------------------------------------------- validation ---
