@@ -51,8 +51,9 @@ class Filters(BaseModel):
 class Budgets(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tokens: int | None = Field(None, gt=0)
-    latency_ms: int | None = Field(None, gt=0)
+    # strict: `true` or "800" is not a budget (the schema says integer; lax coercion would accept them)
+    tokens: int | None = Field(None, gt=0, strict=True)
+    latency_ms: int | None = Field(None, gt=0, strict=True)
 
 
 class Usage(BaseModel):
@@ -66,12 +67,12 @@ class RetrievalQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(pattern=r"\S", description="what to look for; must contain a non-blank character")
-    top_k: int | None = Field(None, ge=TOP_K_MIN, le=TOP_K_MAX)
+    top_k: int | None = Field(None, ge=TOP_K_MIN, le=TOP_K_MAX, strict=True)
     filters: Filters = Field(default_factory=Filters)
     overlay_policy: Literal["include", "skip"] = "include"
     transport: Literal["direct", "gateway"] = "direct"
     budgets: Budgets | None = None
-    score_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    score_threshold: float | None = Field(None, ge=0.0, le=1.0, strict=True)
 
     @field_validator("query", mode="after")
     @classmethod
@@ -236,7 +237,7 @@ def _describe(exc) -> str:
             blank = "empty" in e["msg"] or e["type"] == "string_pattern_mismatch"
             reasons.append("the query must not be empty" if blank else f"query: {e['msg']}")
         elif loc == "top_k":
-            reasons.append(f"top_k must be between {TOP_K_MIN} and {TOP_K_MAX}")
+            reasons.append(f"top_k must be an integer between {TOP_K_MIN} and {TOP_K_MAX}")
         else:
             reasons.append(f"{loc}: {e['msg']}")
     return "Invalid retrieval query: " + "; ".join(reasons) + "."
