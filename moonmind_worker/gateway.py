@@ -227,9 +227,13 @@ async def _read_json(request: Request) -> dict:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise invalid_query(f"Request body over {MAX_BODY_BYTES} bytes.", "Send a shorter query.")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise invalid_query(f"Request body over {MAX_BODY_BYTES} bytes.", "Send a shorter query.")
+    parts, size = [], 0
+    async for chunk in request.stream():  # bounded even when no Content-Length is declared
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise invalid_query(f"Request body over {MAX_BODY_BYTES} bytes.", "Send a shorter query.")
+        parts.append(chunk)
+    body = b"".join(parts)
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):

@@ -93,16 +93,22 @@ def enforce_token_budget(pack: ContextPack) -> ContextPack:
     )
 
 
+_BY_STATUS = {401: "unauthenticated", 403: "forbidden", 400: "invalid_query", 408: "latency_budget_exceeded",
+              413: "token_budget_exceeded"}
+
+
 def _from_http_error(exc: urllib.error.HTTPError, where: str) -> MoonmindError:
     try:
         data = json.loads(exc.read() or b"{}")
         err = data["error"]
         code, message, action = str(err["code"]), str(err["message"]), str(err["action"])
     except (ValueError, KeyError, TypeError):
+        # e.g. a proxy in front of the gateway: keep the status's meaning so a 401/403 never falls back
+        code = _BY_STATUS.get(exc.code, "retrieval_failed")
         return MoonmindError(
-            "retrieval_failed",
+            code,
             f"The RetrievalGateway at {where} answered HTTP {exc.code} without an error envelope.",
-            "Check that MOONMIND_RETRIEVAL_URL points at a MoonMind RetrievalGateway.",
+            "Check MOONMIND_RETRIEVAL_URL / MOONMIND_RETRIEVAL_TOKEN and any proxy in front of the gateway.",
         )
     if code not in CODES:
         return MoonmindError("retrieval_failed", f"Gateway error {code}: {message}", action)
