@@ -64,9 +64,9 @@ def moonmind() -> str:
 
 def parse_wrk(out: str) -> dict:
     def ms(v: str) -> float:
-        m = re.match(r"([\d.]+)(us|ms|s)", v)
+        m = re.match(r"([\d.]+)(us|ms|s|m)", v)
         n, unit = float(m.group(1)), m.group(2)
-        return n / 1000 if unit == "us" else n * 1000 if unit == "s" else n
+        return {"us": n / 1000, "ms": n, "s": n * 1000, "m": n * 60000}[unit]
 
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p50 = ms(re.search(r"50%\s+(\S+)", out).group(1))
@@ -106,6 +106,7 @@ def main() -> int:
         subprocess.run([moonmind(), "rag", "index", str(repo), "--repo", "bench", "--tenant", "acme"], env=env, check=True)
         print(f"indexed in {time.monotonic() - t:.1f} s", file=sys.stderr)
     stats = subprocess.run([moonmind(), "rag", "stats", "--repo", "bench", "--tenant", "acme", "--json"], env=env, capture_output=True, text=True)
+    load_before = os.getloadavg()
     tokens_file = home / "gateway-tokens.json"
     tokens_file.unlink(missing_ok=True)
     token = subprocess.run([moonmind(), "gateway", "add-token", "--name", "bench", "--repo", "bench", "--tenant", "acme"],
@@ -141,10 +142,10 @@ def main() -> int:
         proc.wait(30)
     chunks = None
     try:
-        chunks = json.loads(stats.stdout).get("points") if stats.returncode == 0 else None
+        chunks = sum(f["chunks"] for f in json.loads(stats.stdout)["files"]) if stats.returncode == 0 else None
     except ValueError:
         pass
-    print(json.dumps({"chunks": chunks, "levels": results, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    print(json.dumps({"chunks": chunks, "loadavg_before": load_before, "levels": results, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                       "loadavg_after": os.getloadavg()}, indent=2))
     return 0
 
