@@ -62,6 +62,7 @@ def precheck_tokens(query: str, top_k: int, chunk_chars: int, budgets: "Budgets 
             f"(~{minimum} tokens needed; the full top_k={top_k} pack could need ~{worst}).",
             f"Raise budgets.tokens to at least {minimum} (--budget tokens={minimum}), or shorten the query.",
             usage={"tokens": 0, "latency_ms": 0.0},
+            tokens=minimum,
             **budget_tags("tokens", budgets.tokens, minimum),
         )
 
@@ -85,6 +86,7 @@ def check_trimmed(items_before: int, kept: list["ContextItem"], first_tokens: in
             f"Token budget {budgets.tokens} is smaller than the best-ranked item ({first_tokens} tokens).",
             f"Raise budgets.tokens to at least {first_tokens}.",
             usage={"tokens": 0, "latency_ms": latency_ms},
+            tokens=first_tokens,
             **budget_tags("tokens", budgets.tokens, first_tokens),
         )
 

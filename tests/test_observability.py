@@ -352,12 +352,18 @@ def test_missing_collection_aborts_with_its_reason(mm, consumer):
 
 
 def test_token_budget_truncation_is_reported(mm, mm_indexed, statsd_server, consumer):
-    env = {**SCOPE, **statsd_server.env, **consumer.env}
-    r = mm("rag", "search", "--query", "bearer token", "--budget", "tokens=1", "--json", extra_env=env)
+    # a budget that keeps the best item and drops the rest (budgets.py: a budget below one full-size
+    # chunk is refused with 413 instead, so the configured chunk size is lowered for the pre-check)
+    full = mm("rag", "search", "--query", "bearer token", "--score-threshold", "0", "--json", extra_env=SCOPE).json()
+    assert len(full["items"]) > 1
+    first = full["items"][0]["token_count"]
+    env = {**SCOPE, **statsd_server.env, **consumer.env, "MOONMIND_CHUNK_CHARS": "200"}
+    r = mm("rag", "search", "--query", "bearer token", "--score-threshold", "0", "--budget", f"tokens={first}",
+           "--json", extra_env=env)
     assert r.code == 0, r.stderr
     assert r.json()["truncated"] is True
     budget = _one(consumer.drain(until="budget_exceeded"), "budget_exceeded")
-    assert (budget["budget_type"], budget["budget_limit"], budget["budget_spent"]) == ("tokens", 1, 0)
+    assert (budget["budget_type"], budget["budget_limit"], budget["budget_spent"]) == ("tokens", first, first)
     assert budget["outcome"] == "truncated"
     _assert_scope(budget)
     assert statsd_server.only(statsd_server.lines(), "moonmind.rag.budget.exceeded.tokens") == [(1.0, "c")]
