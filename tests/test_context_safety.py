@@ -37,7 +37,9 @@ from moonmind_worker.context_pack import (
     snippet_body,
 )
 from moonmind_worker.contracts import ContextItem
+from moonmind_worker.budgets import estimate_pack_tokens
 from moonmind_worker.pipeline import trim_to_tokens
+from moonmind_worker.settings import Settings
 
 FAST = settings(max_examples=60, deadline=None, database=None)
 E2E = settings(
@@ -346,11 +348,15 @@ def test_token_budget_through_the_cli_drops_whole_items(e2e_env, hostile_repo):
     repo, root = hostile_repo
     full = search_all(e2e_env, repo)
     tokens = [i["token_count"] for i in full["items"]]
-    budget = sum(tokens[:3]) + tokens[3] // 2  # room for three items and half of the fourth
+    # The budget must hold one full-size chunk plus the query, or it is refused up front (413 semantics);
+    # keep k whole items with at least that much room, plus half of the next one.
+    floor, _ = estimate_pack_tokens("hostile content marker", 1, Settings().chunk_chars)
+    k = next(n for n in range(1, len(tokens)) if sum(tokens[:n]) >= floor)
+    budget = sum(tokens[:k]) + tokens[k] // 2
     pack = search_all(e2e_env, repo, "--budget", f"tokens={budget}")
     check_pack(pack, root)
     assert pack["truncated"] is True
-    assert [i["chunk_id"] for i in pack["items"]] == [i["chunk_id"] for i in full["items"][:3]]
+    assert [i["chunk_id"] for i in pack["items"]] == [i["chunk_id"] for i in full["items"][:k]]
     assert pack["usage"]["tokens"] <= budget
 
 
