@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import MoonmindError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .contracts import Budgets, ContextItem, Usage
+    from .contracts import Budgets, ContextItem
 
 CHARS_PER_TOKEN = 4
 

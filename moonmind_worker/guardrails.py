@@ -28,7 +28,7 @@ def check_collection(store: Store, embedder: Embedder, *, must_exist: bool = Tru
             "schema_unsupported",
             f"Collection {info.name} uses payload schema v{info.schema_version}; this version reads "
             f"{sorted(READABLE_SCHEMA_VERSIONS)}.",
-            f"Re-index into a fresh collection (`moonmind rag index PATH --repo NAME`) or upgrade moonmind-worker.",
+            "Re-index into a fresh collection (`moonmind rag index PATH --repo NAME`) or upgrade moonmind-worker.",
         )
     if info.dimensions != embedder.dimensions:
         raise MoonmindError(

@@ -209,7 +209,7 @@ def index_repository(
     return summary
 
 
-def tty_progress(stream=None) -> Callable[[int, int], None] | None:
+def tty_progress(stream=None, unit: str = "files") -> Callable[[int, int], None] | None:
     """A one-line progress bar on a terminal, nothing otherwise (stream: the current sys.stderr by default)."""
     stream = stream if stream is not None else sys.stderr
     if not stream.isatty():
@@ -223,7 +223,7 @@ def tty_progress(stream=None) -> Callable[[int, int], None] | None:
         last[0] = now
         width = 30
         filled = int(width * done / max(total, 1))
-        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} files")
+        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {unit}")
         if done == total:
             stream.write("\n")
         stream.flush()

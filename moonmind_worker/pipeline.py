@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from . import lexical, observe, overlay, ranking
 from .budgets import Deadline, check_trimmed, precheck_tokens, trim_to_tokens
 from .context_pack import format_context_text, item_from_payload
-from .contracts import CANONICAL, ContextItem, ContextPack, RetrievalQuery, Usage
+from .contracts import CANONICAL, ContextPack, RetrievalQuery, Usage
 from .embedding import Embedder, normalize_whitespace
 from .errors import MoonmindError
 from .guardrails import check_collection

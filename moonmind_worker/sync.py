@@ -12,7 +12,6 @@ already in the target (same id, same chunk_hash) and can never duplicate.
 from __future__ import annotations
 
 import hashlib
-import sys
 import time
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
@@ -221,23 +220,3 @@ def sync_embedding(
     result.dropped = old or f"{plan.collection} (its own data)"
     result.seconds = time.perf_counter() - started
     return result
-
-
-def tty_progress(stream=sys.stderr) -> Callable[[int, int], None] | None:
-    """A one-line progress bar on a terminal, nothing otherwise."""
-    if not stream.isatty():
-        return None
-    last = [0.0]
-
-    def show(done: int, total: int) -> None:
-        now = time.monotonic()
-        if done != total and now - last[0] < 0.1:
-            return
-        last[0] = now
-        filled = int(30 * done / max(total, 1))
-        stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} chunks re-embedded")
-        if done == total:
-            stream.write("\n")
-        stream.flush()
-
-    return show

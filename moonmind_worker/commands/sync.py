@@ -22,13 +22,14 @@ def register(groups: dict) -> None:
 def cmd_sync_embedding(args: argparse.Namespace) -> int:
     from ..runtime import get_embedder, get_store
     from ..settings import get_settings
-    from ..sync import sync_embedding, tty_progress
+    from ..indexer import tty_progress
+    from ..sync import sync_embedding
 
     settings = get_settings()
     embedder = get_embedder(settings)
     store = get_store(settings, args.collection)
     result = sync_embedding(
-        store, embedder, batch_size=settings.embedding_batch_size, dry_run=args.dry_run, progress=tty_progress()
+        store, embedder, batch_size=settings.embedding_batch_size, dry_run=args.dry_run, progress=tty_progress(unit="chunks re-embedded")
     )
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
