@@ -123,6 +123,19 @@ def create_app(settings: Settings | None = None, registry: TokenRegistry | None 
     app.state.registry = registry
     app.state.settings = settings
 
+    @app.middleware("http")
+    async def _count_requests(request: Request, call_next):
+        """rag.gateway.requests.<status>: one counter per HTTP status (low cardinality), 500 for crashes."""
+        from . import metrics
+
+        try:
+            response = await call_next(request)
+        except Exception:
+            metrics.incr("rag.gateway.requests.500")
+            raise
+        metrics.incr(f"rag.gateway.requests.{response.status_code}")
+        return response
+
     @app.exception_handler(MoonmindError)
     async def _moonmind_error(request: Request, err: MoonmindError) -> JSONResponse:
         return _error_response(err)

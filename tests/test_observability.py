@@ -547,3 +547,32 @@ def test_search_succeeds_with_statsd_unreachable_and_broker_down(cli, mm, mm_ind
     assert r.code == 0, r.stderr
     assert r.json()["items"] == baseline["items"]
     assert r.json()["context_text"] == baseline["context_text"]
+
+
+def test_gateway_counts_requests_per_http_status(statsd_server, tmp_path):
+    """rag.gateway.requests.<status>: a real `moonmind gateway serve` reports to a real UDP socket."""
+    from conftest import FIXTURE_FILES, write_tree
+    from gateway_helpers import add_token, clean_env, index_in_process, start_gateway
+
+    home = tmp_path / "gw-home"
+    home.mkdir()
+    index_in_process(home, write_tree(tmp_path / "gw-repo", FIXTURE_FILES), [("demo", "acme")])
+    env = clean_env(home, **statsd_server.env)
+    token = add_token(env, "obs", ["demo"], ["acme"])
+    gw = start_gateway(home, env, tmp_path)
+    try:
+        statsd_server.lines(wait_s=0.5)  # drop what start-up sent (health probes)
+        with gw.client(token) as c:
+            assert c.post("/retrieval/context", json={"query": "bearer token"}).status_code == 200
+            assert c.post("/retrieval/context", json={"query": "bearer token"}).status_code == 200
+            assert c.post("/retrieval/context", json={"query": " "}).status_code == 400
+        with gw.client(None) as c:
+            assert c.post("/retrieval/context", json={"query": "bearer token"}).status_code == 401
+        lines = statsd_server.lines(wait_s=1.0)
+    finally:
+        gw.stop()
+    counts = {
+        status: sum(v for v, kind in StatsdServer.only(lines, f"moonmind.rag.gateway.requests.{status}") if kind == "c")
+        for status in (200, 400, 401)
+    }
+    assert counts == {200: 2, 400: 1, 401: 1}
