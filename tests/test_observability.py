@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from http_servers import closed_port
 
 BROKER = "redis://127.0.0.1:6379/7"
 SCOPE = {"MOONMIND_JOB_ID": "job-obs", "MOONMIND_RUN_ID": "run-obs", "MOONMIND_REPO": "demo", "MOONMIND_TENANT": "acme"}
@@ -211,14 +212,6 @@ def embed_server():
     s.close()
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 # --- StatsD -----------------------------------------------------------------
 
 
@@ -293,7 +286,7 @@ def test_embedding_connectivity_failure_emits_embedding_aborted_before_exit(
     """Spec 01 US2-1: connectivity failure → error, `embedding_aborted`, non-zero exit, no partial output."""
     base = {**embed_server.env, **SCOPE}
     assert mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", extra_env=base).code == 0
-    env = {**base, **statsd_server.env, **consumer.env, "OPENAI_BASE_URL": f"http://127.0.0.1:{_closed_port()}/v1"}
+    env = {**base, **statsd_server.env, **consumer.env, "OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1"}
     r = mm("rag", "search", "--query", "bearer token", "--json", extra_env=env)
     assert r.code == 4 and r.stdout == ""
     assert r.error()["code"] == "embedding_provider_error"
@@ -311,7 +304,7 @@ def test_embedding_connectivity_failure_emits_embedding_aborted_before_exit(
 
 def test_unreachable_qdrant_emits_embedding_aborted_before_exit(mm, consumer, statsd_server):
     """Spec 01 US2-1, the Qdrant half: the store cannot be reached."""
-    env = {**SCOPE, **consumer.env, **statsd_server.env, "QDRANT_URL": f"http://127.0.0.1:{_closed_port()}"}
+    env = {**SCOPE, **consumer.env, **statsd_server.env, "QDRANT_URL": f"http://127.0.0.1:{closed_port()}"}
     r = mm("rag", "search", "--query", "bearer token", "--json", extra_env=env)
     assert r.code == 4 and r.stdout == ""
     assert r.error()["code"] == "qdrant_unreachable"
@@ -540,7 +533,7 @@ def test_search_succeeds_with_statsd_unreachable_and_broker_down(cli, mm, mm_ind
     baseline = mm(*args).json()
     down = {
         "STATSD_HOST": "10.255.255.1",  # unroutable
-        "CELERY_BROKER_URL": f"redis://127.0.0.1:{_closed_port()}/7",
+        "CELERY_BROKER_URL": f"redis://127.0.0.1:{closed_port()}/7",
         **SCOPE,
     }
     r = cli(*args, extra_env=down)
