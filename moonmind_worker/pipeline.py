@@ -153,14 +153,13 @@ def retrieve_context_pack(
     specs = [SearchSpec(where=where, limit=pool, dense=qvec, fields=fields)]
     if ids:
         specs.append(
-            SearchSpec(where=where, limit=pool, sparse=SparseVec(ids, values), with_dense_vector=True,
-                       fields=fields)
+            SearchSpec(where=where, limit=pool, sparse=SparseVec(ids, values), cosine_to=qvec, fields=fields)
         )
     plan = overlay.plan_search(query, specs)  # the run's live overlay joins the same batched request
     specs = specs + plan.specs
     results = _bounded(lambda d: store.search(specs, deadline=d) if d else store.search(specs), deadline, "searching Qdrant")
     results = plan.combine(results)
-    ranked = ranking.score(text, ranking.merge(qvec, results[0], results[1] if ids else []))
+    ranked = ranking.score(text, ranking.merge(results[0], results[1] if ids else []))
     ranked = plan.order(ranked)  # overlay items first; shadowed canonical paths already dropped
 
     best_score = max((c.score for c in ranked), default=None)

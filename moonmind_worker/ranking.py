@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
 
-import numpy as np
 
 from . import lexical
 from .store import Hit
@@ -206,15 +205,15 @@ def _prior(path: str, tests_wanted: bool, examples_wanted: bool) -> float:
     return prior
 
 
-def merge(qvec: np.ndarray, dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
-    """One candidate per point: its cosine (from the dense branch or its returned vector) and BM25."""
+def merge(dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
+    """One candidate per point: its cosine (from the dense branch, or the sparse branch's rescoring) and BM25."""
     by_id: dict[str, Candidate] = {}
     for h in dense_hits:
         by_id[h.id] = Candidate(h.payload, cosine=h.score, bm25=0.0, id=h.id)
     for h in sparse_hits:
         c = by_id.get(h.id)
         if c is None:
-            cosine = float(np.dot(qvec, h.dense)) if h.dense is not None else 0.0
+            cosine = h.cosine if h.cosine is not None else 0.0
             by_id[h.id] = Candidate(h.payload, cosine=cosine, bm25=h.score, id=h.id)
         else:
             c.bm25 = h.score

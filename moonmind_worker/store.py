@@ -96,7 +96,10 @@ class SearchSpec:
     limit: int
     dense: np.ndarray | None = None
     sparse: SparseVec | None = None
-    with_dense_vector: bool = False
+    #: also score every hit of this branch against this dense query vector (`Hit.cosine`).
+    #: Why not return the stored vectors: the engine rescoring its own candidates is one
+    #: cheap batched request, where shipping 256 floats per hit to Python is not.
+    cosine_to: np.ndarray | None = None
     #: payload keys to return; None = the whole payload. Why a field list: candidates only
     #: need what fusion reads; full payloads (chunk text included) are fetched for the final
     #: top_k alone, with `Store.retrieve`.
@@ -108,7 +111,8 @@ class Hit:
     id: str
     score: float
     payload: dict[str, Any]
-    dense: np.ndarray | None = None
+    #: the hit's cosine similarity to `SearchSpec.cosine_to`, when the branch asked for it
+    cosine: float | None = None
 
 
 @dataclass
@@ -313,31 +317,68 @@ class EdgeStore:
             self._dirty = True
 
     def search(self, specs: Sequence[SearchSpec], deadline: float | None = None) -> list[list[Hit]]:
-        """In-process: a search cannot be interrupted, so a spent budget refuses to start one."""
-        from qdrant_edge import Query, QueryBatchRequest, QueryRequest, SparseVector
+        """In-process: a search cannot be interrupted, so a spent budget refuses to start one.
+
+        Why two engine calls: the branches run as one batch that returns ids and scores only,
+        then the payloads of the distinct hits are read once by id. Reading payload inside the
+        query costs more per point (and twice for a point both branches find); measured on a
+        10k-chunk shard: 2.8 ms with payloads in the query vs 1.1 + 0.9 ms this way.
+        """
+        from qdrant_edge import Prefetch, Query, QueryBatchRequest, QueryRequest, SparseVector
 
         _refuse_if_expired(deadline)
         shard = self._open()
-        requests = []
+        requests, rescored = [], []
         for s in specs:
+            flt = _edge_filter(s.where)
             if s.dense is not None:
                 q = Query.Nearest(s.dense.tolist(), using=DENSE)
             else:
                 q = Query.Nearest(SparseVector(indices=s.sparse.indices, values=s.sparse.values), using=SPARSE)
-            requests.append(
-                QueryRequest(
-                    limit=s.limit,
-                    query=q,
-                    filter=_edge_filter(s.where),
-                    with_payload=_fields(True if s.fields is None else s.fields),
-                    with_vector=[DENSE] if s.with_dense_vector else False,
-                )
-            )
-        # Candidates ask for a few fields only (the chunk text stays on disk until the final top_k
-        # is known). Reading payloads by id instead was faster on an optimized shard but slower on
-        # the appendable segment an index run leaves behind, so the query returns them itself.
-        results = shard.query_batch(QueryBatchRequest(requests))
-        return [[_edge_hit(p) for p in points] for points in results]
+            requests.append(QueryRequest(limit=s.limit, query=q, filter=flt, with_payload=False, with_vector=False))
+            if s.cosine_to is not None:  # the same candidates, rescored by the dense query
+                rescored.append((len(requests) - 1, len(requests)))
+                requests.append(QueryRequest(
+                    limit=s.limit, prefetches=[Prefetch(limit=s.limit, query=q, filter=flt)],
+                    query=Query.Nearest(s.cosine_to.tolist(), using=DENSE), with_payload=False, with_vector=False,
+                ))
+        # (id, score) pairs: the binding builds a new UUID object on every `.id` access, so read it once
+        results = [[(p.id, p.score) for p in points] for points in shard.query_batch(QueryBatchRequest(requests))]
+        payloads = self._payloads(results, specs)
+        cosines = {branch: dict(results[extra]) for branch, extra in rescored}
+        out = []
+        branch = 0
+        for s in specs:
+            cos = cosines.get(branch)
+            hits = []
+            for pid, score in results[branch]:
+                if pid not in payloads:
+                    continue  # deleted between the query and the read
+                sid, payload = payloads[pid]
+                if s.fields is not None and len(payload) > len(s.fields):
+                    payload = {k: payload[k] for k in s.fields if k in payload}
+                hits.append(Hit(id=sid, score=score, payload=payload, cosine=None if cos is None else cos.get(pid, 0.0)))
+            out.append(hits)
+            branch += 2 if cos is not None else 1
+        return out
+
+    def _payloads(self, results, specs: Sequence[SearchSpec]) -> dict[Any, tuple[str, dict[str, Any]]]:
+        """(string id, payload) of every distinct hit, read in one call with the union of the fields asked."""
+        ids = list({pid: None for points in results for pid, _ in points})
+        if not ids:
+            return {}
+        wanted: set[str] | None = set()
+        for s in specs:
+            if s.fields is None:
+                wanted = None
+                break
+            wanted.update(s.fields)
+        records = self._open().retrieve(ids, with_payload=True if wanted is None else sorted(wanted), with_vector=False)
+        out = {}
+        for r in records:
+            rid = r.id
+            out[rid] = (str(rid), r.payload or {})
+        return out
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]:
         """Points by id with the payload fields asked for, in the order asked; missing ids are skipped."""
@@ -369,7 +410,15 @@ class EdgeStore:
         return self._open().count(CountRequest(exact=True, filter=_edge_filter(where) if where else None))
 
     def optimize(self) -> None:
+        """Merge segments and build the HNSW index, in this process, before the shard is searched.
+
+        Why after every index run: a freshly written shard is one appendable segment that each
+        query scans whole. Measured on 10,580 chunks (2 cores, idle): optimize 2.1 s; the two
+        query branches then take 0.37 ms instead of 0.9 ms, and the shard opens faster. Small
+        shards (below the engine's indexing threshold) are only merged, which is quick.
+        """
         self._open().optimize()
+        self._dirty = True
 
     # -- aliases (sync-embedding) -------------------------------------------
     def alias_target(self) -> str | None:
@@ -436,13 +485,6 @@ def _fields(fields: Sequence[str] | bool) -> list[str] | bool:
     return fields if isinstance(fields, bool) else list(fields)
 
 
-def _edge_hit(p) -> Hit:
-    vec = None
-    if p.vector is not None:
-        v = p.vector.get(DENSE) if isinstance(p.vector, dict) else p.vector
-        if v is not None:
-            vec = np.asarray(v, dtype=np.float32)
-    return Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {}), dense=vec)
 
 
 def _edge_filter(where: Where | None):
@@ -670,22 +712,27 @@ class QdrantClientStore:
         from qdrant_client import models as m
 
         _refuse_if_expired(deadline)
-        requests = []
+        requests, rescored = [], []
         for s in specs:
             if s.dense is not None:
                 query, using = s.dense.tolist(), DENSE
             else:
                 query, using = m.SparseVector(indices=s.sparse.indices, values=s.sparse.values), SPARSE
+            flt = _client_filter(s.where)
             requests.append(
                 m.QueryRequest(
-                    query=query,
-                    using=using,
-                    filter=_client_filter(s.where),
-                    limit=s.limit,
-                    with_payload=list(s.fields) if s.fields is not None else True,
-                    with_vector=[DENSE] if s.with_dense_vector else False,
+                    query=query, using=using, filter=flt, limit=s.limit,
+                    with_payload=list(s.fields) if s.fields is not None else True, with_vector=False,
                 )
             )
+            if s.cosine_to is not None:  # the same candidates, rescored by the dense query (see SearchSpec)
+                rescored.append((len(requests) - 1, len(requests)))
+                requests.append(
+                    m.QueryRequest(
+                        prefetch=m.Prefetch(query=query, using=using, filter=flt, limit=s.limit),
+                        query=s.cosine_to.tolist(), using=DENSE, limit=s.limit, with_payload=False, with_vector=False,
+                    )
+                )
         extra = {}
         if deadline is not None:  # Qdrant takes whole seconds; the pipeline enforces the exact budget after
             extra["timeout"] = max(1, math.ceil(deadline - time.monotonic()))
@@ -694,16 +741,17 @@ class QdrantClientStore:
             "Qdrant query",
             deadline=deadline,
         )
+        cosines = {branch: {str(p.id): float(p.score) for p in responses[extra_i].points} for branch, extra_i in rescored}
         out = []
-        for resp in responses:
-            hits = []
-            for p in resp.points:
-                vec = None
-                if p.vector:
-                    v = p.vector.get(DENSE) if isinstance(p.vector, dict) else p.vector
-                    vec = np.asarray(v, dtype=np.float32) if v is not None else None
-                hits.append(Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {}), dense=vec))
-            out.append(hits)
+        branch = 0
+        for _ in specs:
+            cos = cosines.get(branch)
+            out.append([
+                Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {}),
+                    cosine=None if cos is None else cos.get(str(p.id), 0.0))
+                for p in responses[branch].points
+            ])
+            branch += 2 if cos is not None else 1
         return out
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]:

@@ -212,6 +212,7 @@ def sync_embedding(
     target.set_metadata(**{k: v for k, v in (old_info.extra if old_info else {}).items()
                            if k not in ("dimensions", "model", "schema_version", "alias")},
                         synced_from=plan.source_model, synced_at=time.time())
+    target.optimize()
     target.flush()
     target.close()  # the embedded target's own lock: readers reach it through the alias from now on
     old = store.switch_alias(plan.target)

@@ -122,10 +122,20 @@ def test_batched_dense_and_sparse_branches_answer_in_order(filled):
     assert sorted(_ns(sparse)) == [1, 2]
 
 
-def test_sparse_branch_can_return_dense_vectors(filled):
-    hits = filled.search([SearchSpec(where=Where(), limit=10, sparse=SparseVec([1], [1.0]), with_dense_vector=True)])[0]
-    assert _ns(hits) == [0]
-    assert np.allclose(hits[0].dense, _vec(1, 0, 0, 0), atol=1e-5)
+def test_sparse_branch_hits_carry_their_cosine_to_the_dense_query(filled):
+    q = _vec(1, 1, 0, 0)
+    hits = filled.search([SearchSpec(where=Where(), limit=10, sparse=SparseVec([3, 4], [1.0, 1.0]), cosine_to=q)])[0]
+    assert sorted(_ns(hits)) == [1, 2, 3]
+    by_n = {h.payload["n"]: h for h in hits}
+    for n, dense, _, _ in ROWS[1:4]:
+        assert by_n[n].cosine == pytest.approx(float(np.dot(q, dense)), abs=1e-5)
+    assert hits[0].payload["n"] == 2  # still ranked by BM25 (both terms), not by cosine
+
+
+def test_a_branch_returns_only_the_payload_fields_it_asked_for(filled):
+    narrow, wide = filled.search([_dense(limit=2, fields=("path",)), _dense(limit=2)])
+    assert [set(h.payload) for h in narrow] == [{"path"}, {"path"}]
+    assert all("text" in h.payload and "repo" in h.payload for h in wide)
 
 
 def test_match_filter(filled):
