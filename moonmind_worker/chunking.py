@@ -4,6 +4,9 @@ Why structure: a chunk that starts at a `def`/`class` or a markdown heading is
 about one thing, so its embedding is sharper and its citation more useful.
 Chunks are whole lines, never above `max_chars` (a single huge line is cut),
 and carry exact character offsets and 1-based line numbers into the file.
+Code with an installed tree-sitter grammar is cut where its syntax tree puts
+definitions (`code_chunks`); other files, and files that do not parse, are cut
+by per-language patterns for top-level definitions.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+
+from .code_chunks import code_spans
 
 LANGUAGES: dict[str, str] = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".jsx": "javascript", ".mjs": "javascript",
@@ -93,6 +98,7 @@ class _Block:
     start: int  # first line index (0-based)
     end: int  # one past the last line
     title: str
+    scope: str = ""  # the class (or other container) split into these blocks; blocks pack only within one
 
 
 def _blocks(lines: list[str], language: str) -> list[_Block]:
@@ -183,32 +189,41 @@ def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int =
         offsets.append(offsets[-1] + len(line))
 
     language = language_of(path)
+    spans = code_spans(text, lines, language, path, max_chars)
+    blocks = [_Block(*span) for span in spans] if spans is not None else _blocks(lines, language)
     ranges: list[tuple[int, int, str]] = []
-    pending: tuple[int, int, str] | None = None
-    for block in _blocks(lines, language):
+    pending: _Block | None = None
+    for block in blocks:
         size = offsets[block.end] - offsets[block.start]
         if size > max_chars:
             if pending:
-                ranges.append(pending)
+                ranges.append((pending.start, pending.end, pending.title))
                 pending = None
             ranges.extend((s, e, block.title) for s, e in _split_block(lines, block, max_chars, overlap_lines))
             continue
-        # pack small neighbouring blocks together up to the cap; markdown sections stay
-        # apart (one section, one heading path) unless the pending one is a bare heading
-        fits = pending is not None and offsets[block.end] - offsets[pending[0]] <= max_chars
-        if fits and language == "markdown":
-            fits = _bare_heading(lines[pending[0] : pending[1]])
+        # pack small neighbouring blocks together up to the cap, never across a class
+        # boundary; markdown sections stay apart (one section, one heading path)
+        # unless the pending one is a bare heading
+        fits = (
+            pending is not None
+            and pending.scope == block.scope
+            and offsets[block.end] - offsets[pending.start] <= max_chars
+        )
+        if pending and fits and language == "markdown":
+            fits = _bare_heading(lines[pending.start : pending.end])
             if fits:
-                pending = (pending[0], pending[1], block.title)
+                pending.title = block.title
         if pending and fits:
-            title = pending[2] or block.title
-            pending = (pending[0], block.end, title)
+            # several members of one class are about that class; elsewhere the first name leads
+            if pending.title != block.title:
+                pending.title = pending.scope or pending.title or block.title
+            pending.end = block.end
         else:
             if pending:
-                ranges.append(pending)
-            pending = (block.start, block.end, block.title)
+                ranges.append((pending.start, pending.end, pending.title))
+            pending = _Block(block.start, block.end, block.title, block.scope)
     if pending:
-        ranges.append(pending)
+        ranges.append((pending.start, pending.end, pending.title))
 
     linenos = [1]
     for line in lines:  # pieces of a cut long line share that line's number
