@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
 
-
 from . import lexical
 from .store import Hit
 

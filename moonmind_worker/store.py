@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
+import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
@@ -27,6 +30,10 @@ from .settings import Settings
 
 DENSE = "dense"
 SPARSE = "bm25"
+
+#: Candidate payloads a warm embedded store keeps per field set (EdgeStore._payloads):
+#: about 1 KB each without the chunk text, so ~20 MB at most.
+PAYLOAD_CACHE_POINTS = 20_000
 
 #: Payload fields indexed up front: (name, kind). `tenant` is the tenant key.
 PAYLOAD_INDEXES: tuple[tuple[str, str], ...] = (
@@ -177,6 +184,13 @@ class EdgeStore:
         self._shard = None
         self._lock_fd: int | None = None
         self._dirty = False  # a search-only session has nothing to flush (a flush costs fsyncs)
+        # meta.json and the alias, remembered while this process owns the store: no other
+        # process can change them then, and every search checks them (guardrails)
+        self._meta: dict[str, Any] | None = None
+        self._alias: tuple[str | None] | None = None
+        self._cache: dict[tuple[str, ...] | None, OrderedDict] = {}  # see _payloads
+        self._cache_lock = threading.Lock()
+        self._generation = 0
 
     # -- ownership --------------------------------------------------------
     def _acquire(self) -> None:
@@ -211,10 +225,23 @@ class EdgeStore:
         return self.data_dir / "meta.json"
 
     def _read_meta(self) -> dict[str, Any] | None:
+        if self._meta is not None:
+            return dict(self._meta)
         try:
-            return json.loads(self._meta_path.read_text())
+            meta = json.loads(self._meta_path.read_text())
         except FileNotFoundError:
             return None
+        if self._lock_fd is not None:
+            self._meta = meta
+        return dict(meta)
+
+    def _forget_cached(self) -> None:
+        """Drop what this process remembers of the store (metadata, alias, payloads): it may change now."""
+        self._meta = None
+        self._alias = None
+        with self._cache_lock:
+            self._cache.clear()
+            self._generation += 1
 
     def _open(self):
         if self._shard is None:
@@ -270,6 +297,7 @@ class EdgeStore:
         )
 
     def _write_meta(self, meta: dict[str, Any]) -> None:
+        self._forget_cached()
         tmp = self._meta_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
         tmp.replace(self._meta_path)
@@ -287,6 +315,7 @@ class EdgeStore:
             return
         shard = self._open()
         self._dirty = True
+        self._invalidate([p.id for p in points])
         shard.update(
             UpdateOperation.upsert_points(
                 [
@@ -306,6 +335,7 @@ class EdgeStore:
     def delete(self, where: Where) -> None:
         from qdrant_edge import UpdateOperation
 
+        self._invalidate()  # deleted points are never returned again; a re-upsert drops its entry
         self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(where)))
         self._dirty = True
 
@@ -313,6 +343,7 @@ class EdgeStore:
         from qdrant_edge import UpdateOperation
 
         if ids:
+            self._invalidate(ids)
             self._open().update(UpdateOperation.delete_points(list(ids)))
             self._dirty = True
 
@@ -363,7 +394,14 @@ class EdgeStore:
         return out
 
     def _payloads(self, results, specs: Sequence[SearchSpec]) -> dict[Any, tuple[str, dict[str, Any]]]:
-        """(string id, payload) of every distinct hit, read in one call with the union of the fields asked."""
+        """(string id, payload) of every distinct hit, with the union of the fields the branches asked.
+
+        Why a cache: a warm process (Celery worker, gateway) sees the same candidates again and
+        again, and reading a point's payload costs ~8 µs in the engine (it decodes the whole
+        payload, chunk text included) — the largest part of a search. Entries are the engine's
+        own data, dropped when this process writes those points (it is the only writer: see
+        `_acquire`); a read that raced a write is not kept (`_generation`).
+        """
         ids = list({pid: None for points in results for pid, _ in points})
         if not ids:
             return {}
@@ -373,12 +411,42 @@ class EdgeStore:
                 wanted = None
                 break
             wanted.update(s.fields)
-        records = self._open().retrieve(ids, with_payload=True if wanted is None else sorted(wanted), with_vector=False)
-        out = {}
-        for r in records:
-            rid = r.id
-            out[rid] = (str(rid), r.payload or {})
+        key = None if wanted is None else tuple(sorted(wanted))
+        out: dict[Any, tuple[str, dict[str, Any]]] = {}
+        misses = []
+        with self._cache_lock:
+            cache = self._cache.setdefault(key, OrderedDict())
+            generation = self._generation
+            for pid in ids:
+                got = cache.get(pid)
+                if got is None:
+                    misses.append(pid)
+                else:
+                    cache.move_to_end(pid)
+                    out[pid] = got
+        if misses:
+            fresh = {}
+            for r in self._open().retrieve(misses, with_payload=True if key is None else list(key), with_vector=False):
+                rid = r.id  # a new UUID object per access
+                fresh[rid] = (str(rid), r.payload or {})
+            out.update(fresh)
+            with self._cache_lock:
+                if generation == self._generation:
+                    cache.update(fresh)
+                    while len(cache) > PAYLOAD_CACHE_POINTS:
+                        cache.popitem(last=False)
         return out
+
+    def _invalidate(self, ids: Sequence[str] = ()) -> None:
+        """Forget cached payloads of points this process is about to write (all of them when unsure)."""
+        with self._cache_lock:
+            self._generation += 1
+            if not ids:
+                return
+            keys = [uuid.UUID(i) if isinstance(i, str) else i for i in ids]
+            for cache in self._cache.values():
+                for k in keys:
+                    cache.pop(k, None)
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]:
         """Points by id with the payload fields asked for, in the order asked; missing ids are skipped."""
@@ -423,10 +491,15 @@ class EdgeStore:
     # -- aliases (sync-embedding) -------------------------------------------
     def alias_target(self) -> str | None:
         """The physical collection this name points at, or None when it holds its data itself."""
+        if self._alias is not None:
+            return self._alias[0]
         try:
-            return json.loads((self.dir / "meta.json").read_text()).get("alias")
+            target = json.loads((self.dir / "meta.json").read_text()).get("alias")
         except (FileNotFoundError, ValueError):
             return None
+        if self._lock_fd is not None:
+            self._alias = (target,)
+        return target
 
     def sibling(self, name: str) -> "EdgeStore":
         """Another collection beside this one (a sync target): its own directory and lock."""
@@ -455,6 +528,7 @@ class EdgeStore:
         tmp = self.dir / "meta.json.tmp"
         tmp.write_text(json.dumps({"alias": target}))
         tmp.replace(self.dir / "meta.json")
+        self._forget_cached()
         return old
 
     def drop_physical(self, name: str | None) -> None:
@@ -479,6 +553,7 @@ class EdgeStore:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        self._forget_cached()
 
 
 def _fields(fields: Sequence[str] | bool) -> list[str] | bool:

@@ -272,3 +272,15 @@ def test_retrieve_returns_full_payloads_in_the_order_asked(filled):
     assert hits[0].payload["text"] == "chunk 3" and hits[0].payload["path"] == "z.md"
     assert [h.payload for h in filled.retrieve([_id(2)], ["path"])] == [{"path": "x.py"}]
     assert filled.retrieve([]) == []
+
+
+def test_a_warm_store_returns_the_payload_of_the_latest_write(filled):
+    first = filled.search([_dense(limit=5, fields=("path", "n"))])[0]  # warms any payload cache
+    assert {h.payload["n"]: h.payload["path"] for h in first}[0] == "x.py"
+    moved = _points()[0]
+    moved.payload = {**moved.payload, "path": "moved.py"}
+    filled.upsert([moved])
+    filled.delete_ids([_id(1)])
+    again = filled.search([_dense(limit=5, fields=("path", "n"))])[0]
+    by_n = {h.payload["n"]: h.payload["path"] for h in again}
+    assert by_n[0] == "moved.py" and 1 not in by_n

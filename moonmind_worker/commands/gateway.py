@@ -15,6 +15,8 @@ def register(groups: dict) -> None:
     p.add_argument("--port", type=int, default=8088, help="TCP port (default 8088; 0 picks a free one)")
     p.add_argument("--tokens-file", default=None, help="bearer-token file (default MOONMIND_GATEWAY_TOKENS_FILE)")
     p.add_argument("--access-log", action="store_true", help="log every request (off by default: throughput)")
+    p.add_argument("--concurrency", type=int, default=None, metavar="N",
+                   help="retrievals run at once (default: 1 with the static embedder, 16 with a hosted one)")
     p.set_defaults(_handler=cmd_serve)
 
     p = gw.add_parser("add-token", help="create a worker token; prints it once, stores only its hash")
@@ -36,9 +38,13 @@ def _settings(args: argparse.Namespace):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from ..errors import MoonmindError
     from ..gateway import serve
 
-    serve(args.host, args.port, _settings(args), access_log=args.access_log)
+    if args.concurrency is not None and not 1 <= args.concurrency <= 256:
+        raise MoonmindError("invalid_argument", f"--concurrency {args.concurrency} is outside 1-256.",
+                            "Pass a small positive number, e.g. --concurrency 4.")
+    serve(args.host, args.port, _settings(args), access_log=args.access_log, concurrency=args.concurrency)
     return 0
 
 
