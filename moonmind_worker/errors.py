@@ -22,6 +22,8 @@ CODES: dict[str, tuple[int, int]] = {
     "invalid_query": (EXIT_USAGE, 400),
     "invalid_argument": (EXIT_USAGE, 400),
     "path_outside_workspace": (EXIT_USAGE, 400),
+    # a setting (environment, .env or keyword) breaks its rule; HTTP 500: on a server it is the operator's
+    "invalid_setting": (EXIT_USAGE, 500),
     "missing_credentials": (EXIT_CONFIG, 500),
     "collection_missing": (EXIT_CONFIG, 500),
     "embedding_dimension_mismatch": (EXIT_CONFIG, 500),

@@ -3,11 +3,15 @@
 Why one object: every entry point (CLI, Celery task, gateway) must agree on the
 collection, the embedding model and the store, or retrieval silently degrades.
 
-Why not pydantic-settings: importing it costs ~0.2 s of CPU per process (asyncio,
-pydantic dataclasses, every cloud source), a third of the whole `rag search`
-budget. The rules it applied are kept exactly: each field is read from its env
-alias(es), case-insensitively; the real environment beats `.env`; keyword
-arguments (field name or alias) beat both; `_env_file=None` skips `.env`.
+Why no pydantic here: every `moonmind` process reads settings, and importing
+pydantic (let alone pydantic-settings, dropped earlier for ~0.2 s of CPU) costs
+more than the whole `rag search --execution queue` round trip to a warm worker.
+So `Settings` is a plain class over a field table (`Settings.model_fields`) with
+small typed coercions, keeping the rules pydantic applied: each field is read from
+its env alias(es), case-insensitively; the real environment beats `.env`; keyword
+arguments (field name or alias) beat both; `_env_file=None` skips `.env`; unknown
+keywords are ignored. An invalid value is a `MoonmindError("invalid_setting")`
+naming the variable, the value (never a secret's) and the rule.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, ClassVar, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from .errors import MoonmindError, redact
 
 EmbeddingProvider = Literal["static", "openai", "google", "ollama"]
 
@@ -30,92 +34,298 @@ DEFAULT_MODELS: dict[str, str] = {
 }
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+class Secret:
+    """A secret string whose repr and str never show it (read it with `get_secret_value()`)."""
 
-    def __init__(self, _env_file: str | Path | None = ".env", **values: Any) -> None:
-        super().__init__(**_with_environment(type(self), values, _env_file))
+    __slots__ = ("_value",)
 
-    # --- store -----------------------------------------------------------
-    qdrant_url: str | None = Field(None, validation_alias="QDRANT_URL")
-    qdrant_api_key: SecretStr | None = Field(None, validation_alias="QDRANT_API_KEY")
-    qdrant_timeout_s: float = Field(5.0, validation_alias="QDRANT_TIMEOUT_S")
-    moonmind_home: Path = Field(Path("~/.moonmind"), validation_alias="MOONMIND_HOME")
-    collection: str = Field(
-        "moonmind__repo", validation_alias=AliasChoices("MOONMIND_COLLECTION", "QDRANT_COLLECTION")
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get_secret_value(self) -> str:
+        return self._value
+
+    def __str__(self) -> str:
+        return "**********" if self._value else ""
+
+    def __repr__(self) -> str:
+        return f"Secret('{self}')"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+# ------------------------------------------------------------- coercions ---
+
+
+class Rule:
+    """A coercion and its wording ("an integer between 1 and 50"), which error messages quote.
+
+    `convert` takes a raw value (a string from the environment, or any keyword value) and
+    returns the typed value, or raises ValueError when the value breaks the rule.
+    """
+
+    def __init__(self, text: str, convert: Callable[[Any], Any]) -> None:
+        self.text = text
+        self.convert = convert
+
+    def __call__(self, raw: Any) -> Any:
+        try:
+            return self.convert(raw)
+        except (TypeError, ValueError):
+            raise ValueError(self.text) from None
+
+
+def _bounds(ge: float | None, gt: float | None, le: float | None, lt: float | None) -> str:
+    if ge is not None and le is not None:
+        return f" between {ge:g} and {le:g}"
+    parts = []
+    if ge is not None:
+        parts.append(f"no less than {ge:g}")
+    if gt is not None:
+        parts.append(f"greater than {gt:g}")
+    if le is not None:
+        parts.append(f"no more than {le:g}")
+    if lt is not None:
+        parts.append(f"less than {lt:g}")
+    return " " + " and ".join(parts) if parts else ""
+
+
+def _within(v: float, ge: float | None, gt: float | None, le: float | None, lt: float | None) -> bool:
+    return not (
+        v != v  # NaN
+        or (ge is not None and v < ge)
+        or (gt is not None and v <= gt)
+        or (le is not None and v > le)
+        or (lt is not None and v >= lt)
     )
 
-    # --- embedding -------------------------------------------------------
-    embedding_provider: EmbeddingProvider = Field("static", validation_alias="MOONMIND_EMBEDDING_PROVIDER")
-    embedding_model: str | None = Field(None, validation_alias="MOONMIND_EMBEDDING_MODEL")
-    embedding_dimensions: int | None = Field(None, validation_alias="MOONMIND_EMBEDDING_DIMENSIONS", gt=0)
-    embedding_batch_size: int = Field(64, validation_alias="MOONMIND_EMBEDDING_BATCH_SIZE", gt=0)
-    embedding_timeout_s: float = Field(30.0, validation_alias="MOONMIND_EMBEDDING_TIMEOUT_S", gt=0)
-    google_api_key: SecretStr | None = Field(None, validation_alias="GOOGLE_API_KEY")
-    google_embedding_model: str | None = Field(None, validation_alias="GOOGLE_EMBEDDING_MODEL")
-    google_base_url: str = Field(
-        "https://generativelanguage.googleapis.com/v1beta/openai/", validation_alias="GOOGLE_OPENAI_BASE_URL"
-    )
-    openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
-    openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
-    ollama_url: str = Field("http://localhost:11434", validation_alias="OLLAMA_URL")
 
-    # --- retrieval -------------------------------------------------------
-    top_k: int = Field(8, validation_alias="RAG_SIMILARITY_TOP_K", ge=1, le=50)
-    score_threshold: float | None = Field(None, validation_alias="RAG_SCORE_THRESHOLD", ge=0.0, le=1.0)
-    max_query_chars: int = Field(2000, validation_alias="MOONMIND_MAX_QUERY_CHARS", gt=0)
+def integer(*, ge: int | None = None, gt: int | None = None, le: int | None = None, lt: int | None = None) -> Rule:
+    """An int from an int, an integral float, or a string such as "8", " 8 ", "8.0" (pydantic's lax rules)."""
 
-    # --- indexing --------------------------------------------------------
-    chunk_chars: int = Field(1500, validation_alias="MOONMIND_CHUNK_CHARS", ge=200)
-    chunk_overlap_lines: int = Field(2, validation_alias="MOONMIND_CHUNK_OVERLAP_LINES", ge=0)
-    max_file_bytes: int = Field(1_000_000, validation_alias="MOONMIND_MAX_FILE_BYTES", gt=0)
+    def convert(raw: Any) -> int:
+        if isinstance(raw, str):
+            try:
+                raw = int(raw.strip())
+            except ValueError:
+                raw = float(raw)
+        if isinstance(raw, float) and raw.is_integer():
+            raw = int(raw)
+        if isinstance(raw, bool) or not isinstance(raw, int) or not _within(raw, ge, gt, le, lt):
+            raise ValueError
+        return raw
 
-    # --- RetrievalGateway (client side and server side) ------------------
-    retrieval_url: str | None = Field(None, validation_alias="MOONMIND_RETRIEVAL_URL")
-    retrieval_token: SecretStr | None = Field(None, validation_alias="MOONMIND_RETRIEVAL_TOKEN")
-    retrieval_fallback: Literal["direct", "none"] = Field("direct", validation_alias="MOONMIND_RETRIEVAL_FALLBACK")
-    gateway_tokens_file: Path | None = Field(None, validation_alias="MOONMIND_GATEWAY_TOKENS_FILE")
+    return Rule("an integer" + _bounds(ge, gt, le, lt), convert)
 
-    # --- job scope -------------------------------------------------------
-    run_id: str | None = Field(None, validation_alias="MOONMIND_RUN_ID")
-    job_id: str | None = Field(None, validation_alias="MOONMIND_JOB_ID")
-    repo: str | None = Field(None, validation_alias="MOONMIND_REPO")
-    tenant: str | None = Field(None, validation_alias="MOONMIND_TENANT")
 
-    # --- Celery and queue events -------------------------------------------
-    celery_broker_url: str = Field("redis://localhost:6379/0", validation_alias="CELERY_BROKER_URL")
-    celery_result_backend: str | None = Field(None, validation_alias="CELERY_RESULT_BACKEND")
-    events_url: str | None = Field(None, validation_alias="MOONMIND_EVENTS_URL")
-    events_timeout_s: float = Field(0.5, validation_alias="MOONMIND_EVENTS_TIMEOUT_S", gt=0, le=10)
-    rag_execution: Literal["sync", "queue"] = Field("sync", validation_alias="MOONMIND_RAG_EXECUTION")
-    search_queue: str = Field("moonmind.search", validation_alias="MOONMIND_SEARCH_QUEUE", min_length=1)
-    index_queue: str = Field("moonmind.index", validation_alias="MOONMIND_INDEX_QUEUE", min_length=1)
-    queue_timeout_s: float = Field(30.0, validation_alias="MOONMIND_QUEUE_TIMEOUT_S", gt=0)
-    broker_visibility_timeout_s: float = Field(3600.0, validation_alias="MOONMIND_BROKER_VISIBILITY_TIMEOUT_S", gt=0)
-    overlay_sweep_interval_s: float = Field(300.0, validation_alias="MOONMIND_OVERLAY_SWEEP_INTERVAL_S", gt=0)
+def number(*, ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None) -> Rule:
+    """A float from a number or a numeric string."""
 
-    # --- observability (metrics.py, observe.py) ---------------------------
-    statsd_host: str | None = Field(None, validation_alias="STATSD_HOST")
-    statsd_port: int = Field(8125, validation_alias="STATSD_PORT", gt=0, lt=65536)
-    statsd_prefix: str = Field("moonmind", validation_alias="STATSD_PREFIX")
-    artifacts_dir: Path | None = Field(None, validation_alias="MOONMIND_ARTIFACTS_DIR")
-
-    @field_validator("moonmind_home", "gateway_tokens_file", mode="after")
-    @classmethod
-    def _expand_home(cls, v: Path | None) -> Path | None:
-        return v.expanduser() if v is not None else None
-
-    @field_validator("artifacts_dir", mode="before")
-    @classmethod
-    def _expand_artifacts(cls, v: object) -> object:
-        if isinstance(v, str):
-            return Path(v).expanduser() if v.strip() else None
+    def convert(raw: Any) -> float:
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+            raise ValueError
+        v = float(raw)
+        if not _within(v, ge, gt, le, lt):
+            raise ValueError
         return v
 
-    @field_validator("qdrant_url", "openai_base_url", "statsd_host", "retrieval_url", mode="after")
-    @classmethod
-    def _blank_is_unset(cls, v: str | None) -> str | None:
-        return v or None
+    return Rule("a number" + _bounds(ge, gt, le, lt), convert)
+
+
+def text(*, min_length: int = 0) -> Rule:
+    def convert(raw: Any) -> str:
+        if not isinstance(raw, str) or len(raw) < min_length:
+            raise ValueError
+        return raw
+
+    return Rule("a non-empty string" if min_length else "a string", convert)
+
+
+def choice(*choices: str) -> Rule:
+    def convert(raw: Any) -> str:
+        if raw not in choices:
+            raise ValueError
+        return raw
+
+    return Rule("one of " + ", ".join(choices), convert)
+
+
+def _to_path(raw: Any) -> Path:
+    if not isinstance(raw, (str, os.PathLike)):
+        raise ValueError
+    return Path(raw).expanduser()
+
+
+def _to_secret(raw: Any) -> Secret:
+    if isinstance(raw, Secret):
+        return raw
+    if not isinstance(raw, str):
+        raise ValueError
+    return Secret(raw)
+
+
+#: a path, `~` expanded
+path = Rule("a file-system path", _to_path)
+secret = Rule("a string", _to_secret)
+
+
+class Field:
+    """One setting: its env aliases, default and coercion. `optional` admits None; `blank_is_unset` maps "" to None."""
+
+    def __init__(self, *aliases: str, default: Any, parse: Rule, optional: bool = False, blank_is_unset: bool = False) -> None:
+        self.name = ""
+        self.aliases = aliases
+        self.default = default
+        self.optional = optional or blank_is_unset
+        self.blank_is_unset = blank_is_unset
+        self.secret = parse is secret
+        self.rule = parse
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def parse(self, raw: Any) -> Any:
+        """The typed value of `raw`; ValueError(rule text) when it breaks the rule."""
+        if raw is None and self.optional:
+            return None
+        if self.blank_is_unset and isinstance(raw, str) and not raw.strip():
+            return None
+        return self.rule(raw)
+
+
+def setting(*aliases: str, default: Any = None, parse: Rule, optional: bool = False, blank_is_unset: bool = False) -> Any:
+    """Declare a field (typed `Any` so the class annotations describe the instance attribute)."""
+    return Field(*aliases, default=default, parse=parse, optional=optional, blank_is_unset=blank_is_unset)
+
+
+class Settings:
+    """Every setting, with its env alias(es) and rule (see the README's configuration tables)."""
+
+    #: name -> Field (aliases, default, rule); filled in after the class body.
+    model_fields: ClassVar[dict[str, Field]]
+
+    # --- store -----------------------------------------------------------
+    qdrant_url: str | None = setting("QDRANT_URL", parse=text(), blank_is_unset=True)
+    qdrant_api_key: Secret | None = setting("QDRANT_API_KEY", parse=secret, optional=True)
+    qdrant_timeout_s: float = setting("QDRANT_TIMEOUT_S", default=5.0, parse=number())
+    moonmind_home: Path = setting("MOONMIND_HOME", default="~/.moonmind", parse=path)
+    collection: str = setting("MOONMIND_COLLECTION", "QDRANT_COLLECTION", default="moonmind__repo", parse=text())
+
+    # --- embedding -------------------------------------------------------
+    embedding_provider: EmbeddingProvider = setting(
+        "MOONMIND_EMBEDDING_PROVIDER", default="static", parse=choice("static", "openai", "google", "ollama")
+    )
+    embedding_model: str | None = setting("MOONMIND_EMBEDDING_MODEL", parse=text(), optional=True)
+    embedding_dimensions: int | None = setting("MOONMIND_EMBEDDING_DIMENSIONS", parse=integer(gt=0), optional=True)
+    embedding_batch_size: int = setting("MOONMIND_EMBEDDING_BATCH_SIZE", default=64, parse=integer(gt=0))
+    embedding_timeout_s: float = setting("MOONMIND_EMBEDDING_TIMEOUT_S", default=30.0, parse=number(gt=0))
+    google_api_key: Secret | None = setting("GOOGLE_API_KEY", parse=secret, optional=True)
+    google_embedding_model: str | None = setting("GOOGLE_EMBEDDING_MODEL", parse=text(), optional=True)
+    google_base_url: str = setting(
+        "GOOGLE_OPENAI_BASE_URL", default="https://generativelanguage.googleapis.com/v1beta/openai/", parse=text()
+    )
+    openai_api_key: Secret | None = setting("OPENAI_API_KEY", parse=secret, optional=True)
+    openai_base_url: str | None = setting("OPENAI_BASE_URL", parse=text(), blank_is_unset=True)
+    ollama_url: str = setting("OLLAMA_URL", default="http://localhost:11434", parse=text())
+
+    # --- retrieval -------------------------------------------------------
+    top_k: int = setting("RAG_SIMILARITY_TOP_K", default=8, parse=integer(ge=1, le=50))
+    score_threshold: float | None = setting("RAG_SCORE_THRESHOLD", parse=number(ge=0.0, le=1.0), optional=True)
+    max_query_chars: int = setting("MOONMIND_MAX_QUERY_CHARS", default=2000, parse=integer(gt=0))
+
+    # --- indexing --------------------------------------------------------
+    chunk_chars: int = setting("MOONMIND_CHUNK_CHARS", default=1500, parse=integer(ge=200))
+    chunk_overlap_lines: int = setting("MOONMIND_CHUNK_OVERLAP_LINES", default=2, parse=integer(ge=0))
+    max_file_bytes: int = setting("MOONMIND_MAX_FILE_BYTES", default=1_000_000, parse=integer(gt=0))
+
+    # --- RetrievalGateway (client side and server side) ------------------
+    retrieval_url: str | None = setting("MOONMIND_RETRIEVAL_URL", parse=text(), blank_is_unset=True)
+    retrieval_token: Secret | None = setting("MOONMIND_RETRIEVAL_TOKEN", parse=secret, optional=True)
+    retrieval_fallback: Literal["direct", "none"] = setting(
+        "MOONMIND_RETRIEVAL_FALLBACK", default="direct", parse=choice("direct", "none")
+    )
+    gateway_tokens_file: Path | None = setting("MOONMIND_GATEWAY_TOKENS_FILE", parse=path, optional=True)
+
+    # --- job scope -------------------------------------------------------
+    run_id: str | None = setting("MOONMIND_RUN_ID", parse=text(), optional=True)
+    job_id: str | None = setting("MOONMIND_JOB_ID", parse=text(), optional=True)
+    repo: str | None = setting("MOONMIND_REPO", parse=text(), optional=True)
+    tenant: str | None = setting("MOONMIND_TENANT", parse=text(), optional=True)
+
+    # --- Celery and queue events -------------------------------------------
+    celery_broker_url: str = setting("CELERY_BROKER_URL", default="redis://localhost:6379/0", parse=text())
+    celery_result_backend: str | None = setting("CELERY_RESULT_BACKEND", parse=text(), optional=True)
+    events_url: str | None = setting("MOONMIND_EVENTS_URL", parse=text(), optional=True)
+    events_timeout_s: float = setting("MOONMIND_EVENTS_TIMEOUT_S", default=0.5, parse=number(gt=0, le=10))
+    rag_execution: Literal["sync", "queue"] = setting("MOONMIND_RAG_EXECUTION", default="sync", parse=choice("sync", "queue"))
+    search_queue: str = setting("MOONMIND_SEARCH_QUEUE", default="moonmind.search", parse=text(min_length=1))
+    index_queue: str = setting("MOONMIND_INDEX_QUEUE", default="moonmind.index", parse=text(min_length=1))
+    queue_timeout_s: float = setting("MOONMIND_QUEUE_TIMEOUT_S", default=30.0, parse=number(gt=0))
+    broker_visibility_timeout_s: float = setting("MOONMIND_BROKER_VISIBILITY_TIMEOUT_S", default=3600.0, parse=number(gt=0))
+    overlay_sweep_interval_s: float = setting("MOONMIND_OVERLAY_SWEEP_INTERVAL_S", default=300.0, parse=number(gt=0))
+
+    # --- observability (metrics.py, observe.py) ---------------------------
+    statsd_host: str | None = setting("STATSD_HOST", parse=text(), blank_is_unset=True)
+    statsd_port: int = setting("STATSD_PORT", default=8125, parse=integer(gt=0, lt=65536))
+    statsd_prefix: str = setting("STATSD_PREFIX", default="moonmind", parse=text())
+    artifacts_dir: Path | None = setting("MOONMIND_ARTIFACTS_DIR", parse=path, blank_is_unset=True)
+
+    def __init__(self, _env_file: str | Path | None = ".env", **values: Any) -> None:
+        env = _environment(_env_file)
+        fields_set: set[str] = set()
+        problems: list[tuple[Field, str, Any, str]] = []
+        for name, field in self.model_fields.items():
+            found = _lookup(field, values, env)
+            if found is None:
+                setattr(self, name, field.parse(field.default))
+                continue
+            key, raw, source = found
+            fields_set.add(name)
+            try:
+                setattr(self, name, field.parse(raw))
+            except ValueError:
+                problems.append((field, key, raw, source))
+        if problems:
+            raise invalid_settings(problems)
+        self._fields_set = fields_set
+
+    @property
+    def model_fields_set(self) -> set[str]:
+        """Names of the fields given as keywords or found in the environment / `.env` (defaults excluded)."""
+        return self._fields_set
+
+    def model_copy(self, *, update: dict[str, Any] | None = None) -> Settings:
+        """A copy with `update` applied (by field name, coerced by the same rules); the environment is not re-read."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._fields_set = set(self._fields_set)
+        problems = []
+        for name, raw in (update or {}).items():
+            field = self.model_fields.get(name)
+            if field is None:
+                raise AttributeError(f"Settings has no field {name!r}")
+            try:
+                setattr(new, name, field.parse(raw))
+            except ValueError:
+                problems.append((field, name, raw, "model_copy"))
+            new._fields_set.add(name)
+        if problems:
+            raise invalid_settings(problems)
+        return new
+
+    def __repr__(self) -> str:
+        return "Settings(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.model_fields) + ")"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.model_fields)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the pydantic model it replaces
 
     @property
     def result_backend(self) -> str:
@@ -172,33 +382,44 @@ class Settings(BaseModel):
         return out
 
 
-def _aliases(field) -> list[str]:
-    alias = field.validation_alias
-    if isinstance(alias, str):
-        return [alias]
-    if isinstance(alias, AliasChoices):
-        return [a for a in alias.choices if isinstance(a, str)]
-    return []
+Settings.model_fields = {n: f for n, f in vars(Settings).items() if isinstance(f, Field)}
 
 
-def _with_environment(cls: type[BaseModel], values: dict[str, Any], env_file: str | Path | None) -> dict[str, Any]:
-    """`values` plus, for every field not given, its value from the environment or `.env`."""
-    env: dict[str, str] = {}
+def _environment(env_file: str | Path | None) -> dict[str, tuple[str, str, str]]:
+    """UPPER-CASED name -> (name as written, value, where from); the real environment over `.env`."""
+    env: dict[str, tuple[str, str, str]] = {}
     if env_file is not None and Path(env_file).is_file():
         from dotenv import dotenv_values
 
-        env.update((k.upper(), v) for k, v in dotenv_values(env_file).items() if v is not None)
-    env.update((k.upper(), v) for k, v in os.environ.items())
-    out = dict(values)
-    for name, field in cls.model_fields.items():
-        aliases = _aliases(field)
-        if name in values or any(a in values for a in aliases):
-            continue
-        for alias in aliases:
-            if alias.upper() in env:
-                out[alias] = env[alias.upper()]
-                break
-    return out
+        for k, v in dotenv_values(env_file).items():
+            if v is not None:
+                env[k.upper()] = (k, v, str(env_file))
+    for k, v in os.environ.items():
+        env[k.upper()] = (k, v, "the environment")
+    return env
+
+
+def _lookup(field: Field, values: dict[str, Any], env: dict[str, tuple[str, str, str]]) -> tuple[str, Any, str] | None:
+    """(key as given, raw value, where from) for `field`: a keyword (alias, then name), else the environment."""
+    for key in (*field.aliases, field.name):
+        if key in values:
+            return key, values[key], "a keyword argument"
+    for alias in field.aliases:
+        if alias.upper() in env:
+            return env[alias.upper()]
+    return None
+
+
+def invalid_settings(problems: list[tuple[Field, str, Any, str]]) -> MoonmindError:
+    """One error naming each bad variable, its value (never a secret's), where it came from, and the rule."""
+    messages, actions = [], []
+    for field, key, raw, source in problems:
+        shown = key if field.secret else f"{key}={raw!r}"
+        messages.append(f"{shown} (from {source}) must be {field.rule.text}")
+        default = "" if field.default is None else f" (default {field.default})"
+        actions.append(f"Set {key} to {field.rule.text}, or unset it{default}.")
+    message = redact(("Invalid setting: " if len(problems) == 1 else "Invalid settings: ") + "; ".join(messages) + ".")
+    return MoonmindError("invalid_setting", message, " ".join(actions), settings=[key for _, key, _, _ in problems])
 
 
 @lru_cache(maxsize=1)

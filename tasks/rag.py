@@ -1,8 +1,12 @@
 """The RAG tasks: thin adapters over the same functions the CLI calls.
 
-Arguments and results are the pydantic contracts as JSON, validated on the way in (here)
-and on the way out (by the caller). A task that fails raises `RagTaskError(code, message,
-action)` — JSON-safe, so any client gets the same error envelope the CLI prints.
+Arguments and results are the pydantic contracts as JSON, validated on both sides of the
+task: arguments on receipt (with the same function the sync CLI uses, e.g.
+`contracts.parse_query`), results by being produced from the contract models. The CLI's
+queue mode sends the request fields unvalidated and prints the result without
+re-validating it (it imports no pydantic; see `moonmind_worker.commands.rag`), so this is
+where validation happens — once. A task that fails raises `RagTaskError(code, message,
+action)` — JSON-safe, so any client gets the same error envelope the sync CLI prints.
 
 Delivery semantics:
 * search — acknowledged on receipt, no task-level retry: a retried search would arrive

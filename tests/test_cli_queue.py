@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -49,6 +50,14 @@ def stack(tmp_path_factory):
         purge(sq, iq)
 
 
+#: Fields that differ between any two runs (ids, clocks); masked to compare the rest byte for byte.
+VOLATILE = re.compile(r'("(?:telemetry_id|retrieved_at)": )"[^"]*"|("latency_ms": )[0-9.e+-]+')
+
+
+def _masked(text: str) -> str:
+    return VOLATILE.sub(lambda m: (m.group(1) or m.group(2)) + "<volatile>", text)
+
+
 def test_queue_search_prints_exactly_what_sync_prints(stack):
     r = run(stack["env"], *QUERY, "--execution", "queue")
     assert r.returncode == 0, r.stderr
@@ -56,13 +65,17 @@ def test_queue_search_prints_exactly_what_sync_prints(stack):
     assert r.stderr == stack["sync_text"].stderr
 
 
-def test_queue_search_json_is_the_same_context_pack(stack):
-    r = run(stack["env"], *QUERY, "--json", "--execution", "queue")
+def test_queue_search_json_is_byte_identical_to_sync(stack, tmp_path):
+    out = tmp_path / "pack.json"
+    r = run(stack["env"], *QUERY, "--json", "--execution", "queue", "--output-file", str(out))
     assert r.returncode == 0, r.stderr
-    queued, sync = json.loads(r.stdout), json.loads(stack["sync_json"].stdout)
-    for volatile in ("telemetry_id", "retrieved_at", "usage"):
-        queued.pop(volatile), sync.pop(volatile)
-    assert queued == sync
+    sync = stack["sync_json"].stdout
+    assert VOLATILE.search(sync), "the mask must match something"
+    assert _masked(r.stdout) == _masked(sync)
+    assert r.stderr == stack["sync_json"].stderr
+    assert out.read_text(encoding="utf-8") == r.stdout
+    queued = json.loads(r.stdout)
+    assert queued["items"] and queued["items"][0]["source"] == "auth/tokens.py"
 
 
 def test_execution_mode_comes_from_the_environment(stack):
@@ -70,13 +83,16 @@ def test_execution_mode_comes_from_the_environment(stack):
     assert r.returncode == 0 and r.stdout == stack["sync_text"].stdout
 
 
-def test_queue_mode_imports_no_model_numpy_qdrant_or_celery(stack):
+def test_queue_mode_imports_no_pydantic_model_numpy_qdrant_or_celery(stack):
     r = run({**stack["env"], "PYTHONPROFILEIMPORTTIME": "1"}, *QUERY, "--execution", "queue")
     assert r.returncode == 0
-    imported = {line.split("|")[-1].strip().split(".")[0] for line in r.stderr.splitlines() if line.startswith("import time:")}
+    modules = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    imported = {m.split(".")[0] for m in modules}
     assert imported, "import profile missing"
-    for heavy in ("numpy", "qdrant_client", "qdrant_edge", "tokenizers", "celery", "kombu", "redis", "openai", "safetensors"):
+    for heavy in ("pydantic", "pydantic_core", "numpy", "qdrant_client", "qdrant_edge", "tokenizers", "celery", "kombu",
+                  "redis", "openai", "safetensors"):
         assert heavy not in imported, heavy
+    assert "moonmind_worker.contracts" not in modules
 
 
 def test_queue_index_and_no_wait_return_a_task_id(stack):
@@ -128,8 +144,40 @@ def test_broker_down_is_named_within_the_timeout(stack):
     assert time.monotonic() - started < 8
 
 
-def test_an_invalid_query_is_refused_before_anything_is_sent(stack):
-    before = redis().llen(stack["sq"])
-    r = run(stack["env"], "rag", "search", "--query", "tokens", "--filters", "colour=red", "--execution", "queue")
-    assert r.returncode == 2 and r.stdout == "" and "error[invalid_query]" in r.stderr
-    assert redis().llen(stack["sq"]) == before
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--query", ""],
+        ["--query", "   "],
+        ["--query", "tokens", "--top-k", "0"],
+        ["--query", "tokens", "--filters", "colour=red"],
+        ["--query", "tokens", "--score-threshold", "2"],
+    ],
+    ids=["empty", "blank", "top_k-0", "unknown-filter", "threshold"],
+)
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_an_invalid_query_gives_the_error_sync_gives(stack, bad, as_json):
+    """Validated once, on the worker, with the sync path's function: same code, message, action and exit code."""
+    args = ["rag", "search", *bad, *(["--json"] if as_json else [])]
+    sync = run(stack["env"], *args)
+    queued = run(stack["env"], *args, "--execution", "queue")
+    assert sync.returncode == 2 and "invalid_query" in sync.stderr
+    assert (queued.returncode, queued.stdout, queued.stderr) == (sync.returncode, sync.stdout, sync.stderr)
+
+
+def test_the_cli_key_checks_stay_within_the_contracts():
+    """`expect_keys` is a cheap version check; its key lists must name real, required contract fields."""
+    from moonmind_worker.commands.overlay import OVERLAY_CLEAN_KEYS, OVERLAY_REPORT_KEYS
+    from moonmind_worker.commands.rag import INDEX_REPORT_KEYS, PACK_KEYS, expect_keys
+    from moonmind_worker.contracts import ContextPack, IndexReport, OverlayCleanResult, OverlayReport
+    from moonmind_worker.errors import MoonmindError
+
+    for keys, model in ((PACK_KEYS, ContextPack), (INDEX_REPORT_KEYS, IndexReport), (OVERLAY_REPORT_KEYS, OverlayReport),
+                        (OVERLAY_CLEAN_KEYS, OverlayCleanResult)):
+        assert set(keys) <= set(model.model_fields), model.__name__
+    pack = {"context_text": "", "items": [], "filters": {}, "retrieved_at": "t", "telemetry_id": "i", "notes": []}
+    assert expect_keys(pack, PACK_KEYS, "a ContextPack") is pack
+    for broken in ({k: v for k, v in pack.items() if k != "notes"}, ["not", "a", "dict"], None):
+        with pytest.raises(MoonmindError) as info:
+            expect_keys(broken, PACK_KEYS, "a ContextPack")
+        assert info.value.code == "internal_error" and "same moonmind-worker version" in info.value.action

@@ -22,17 +22,11 @@ def _argv(command) -> list[str]:
 
 
 def _settings_env_names() -> set[str]:
-    from pydantic import AliasChoices
-
     from moonmind_worker.settings import Settings
 
     names: set[str] = set()
     for field in Settings.model_fields.values():
-        alias = field.validation_alias
-        if isinstance(alias, str):
-            names.add(alias)
-        elif isinstance(alias, AliasChoices):
-            names.update(a for a in alias.choices if isinstance(a, str))
+        names.update(field.aliases)
     return names
 
 

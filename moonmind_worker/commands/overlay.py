@@ -9,7 +9,12 @@ import sys
 from pathlib import Path
 
 from ..errors import MoonmindError
-from .rag import add_execution_arguments, execution_mode, print_task_id, queue_timeout, run_queued
+from .rag import add_execution_arguments, execution_mode, expect_keys, print_task_id, queue_timeout, run_queued
+
+#: OverlayReport keys the CLI prints from (see `commands.rag.expect_keys`).
+OVERLAY_REPORT_KEYS = ("run_id", "skipped", "tombstones", "line")
+#: OverlayCleanResult keys.
+OVERLAY_CLEAN_KEYS = ("removed", "run_id", "expired")
 
 
 def register(groups: dict) -> None:
@@ -106,29 +111,25 @@ def _scope(value: str | None, what: str, flag: str, env: str) -> str:
 
 
 def upsert_queued(args: argparse.Namespace, settings, root: Path, paths: list[str]) -> int:
-    """Send the upsert to a warm worker (paths are absolute: the worker must see the same workspace)."""
-    from pydantic import ValidationError
+    """Send the upsert to a warm worker (paths are absolute: the worker must see the same workspace).
 
-    from ..contracts import OverlayReport, OverlayUpsertRequest
+    The request is an OverlayUpsertRequest's fields, validated by the task on the worker; the
+    report is printed as the worker made it (no pydantic in the CLI: see `commands.rag`).
+    """
     from ..queue_client import OVERLAY_UPSERT
 
-    request = OverlayUpsertRequest(
-        paths=paths, root=str(root.resolve()), ttl=args.ttl,
-        run_id=_scope(args.run_id or settings.run_id, "run id", "--run-id", "MOONMIND_RUN_ID"),
-        repo=_scope(args.repo or settings.repo, "repo", "--repo", "MOONMIND_REPO"),
-        tenant=_scope(args.tenant or settings.tenant, "tenant", "--tenant", "MOONMIND_TENANT"),
-    )
+    request = {
+        "paths": paths, "root": str(root.resolve()), "ttl": args.ttl,
+        "run_id": _scope(args.run_id or settings.run_id, "run id", "--run-id", "MOONMIND_RUN_ID"),
+        "repo": _scope(args.repo or settings.repo, "repo", "--repo", "MOONMIND_REPO"),
+        "tenant": _scope(args.tenant or settings.tenant, "tenant", "--tenant", "MOONMIND_TENANT"),
+    }
     wait = not args.no_wait
-    out = run_queued(OVERLAY_UPSERT, {"request": request.model_dump(mode="json")}, queue=settings.index_queue,
+    out = run_queued(OVERLAY_UPSERT, {"request": request}, queue=settings.index_queue,
                      timeout_s=queue_timeout(args), wait=wait)
     if not wait:
         return print_task_id(out, args)
-    try:
-        report = OverlayReport.model_validate(out)
-    except ValidationError:
-        raise MoonmindError("internal_error", "The worker returned something that is not an OverlayReport.",
-                            "Check that the worker runs the same moonmind-worker version as this CLI.") from None
-    return print_overlay_report(report.model_dump(mode="json"), args)
+    return print_overlay_report(expect_keys(out, OVERLAY_REPORT_KEYS, "an OverlayReport"), args)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
@@ -149,7 +150,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
                          queue=settings.index_queue, timeout_s=queue_timeout(args), wait=wait)
         if not wait:
             return print_task_id(out, args)
-        removed = int(out["removed"])
+        removed = int(expect_keys(out, OVERLAY_CLEAN_KEYS, "an OverlayCleanResult")["removed"])
     else:
         if args.no_wait:
             raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")

@@ -1,12 +1,32 @@
-"""`moonmind rag index` and `moonmind rag search`."""
+"""`moonmind rag index` and `moonmind rag search`.
+
+Queue mode (`--execution queue`) imports no pydantic (nor numpy, qdrant or celery): the
+process is a thin sender in front of a warm worker, and pydantic + the contract models
+would cost more than the search itself. So the CLI sends the request fields as the flags
+give them (`query_request`) and the worker validates them with the same contract function
+the sync path uses (`contracts.parse_query`); an invalid request comes back as the same
+`MoonmindError` (code, message, action, exit code) sync prints. The result is not
+re-validated here either: the worker produced it from the contract model, and validating
+the same data twice buys nothing (no duplicated validation on the data path). What a
+version mismatch between CLI and worker could break is caught by `expect_keys`, a cheap
+check of the keys printing needs. Every mode and transport prints a pack from its JSON
+dict through one function, `print_pack`, so sync and queue output are identical by
+construction.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import MoonmindError
+
+#: ContextPack keys the CLI relies on (see `expect_keys`; tests keep them within the contract).
+PACK_KEYS = ("context_text", "items", "filters", "retrieved_at", "telemetry_id", "notes")
+#: IndexReport keys the CLI relies on.
+INDEX_REPORT_KEYS = ("repo", "tenant", "files_seen", "files_indexed", "chunks_written", "line")
 
 
 def register(groups: dict) -> None:
@@ -117,9 +137,8 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def query_from_args(args: argparse.Namespace):
-    """The RetrievalQuery the flags describe; scope defaults come from the job's environment."""
-    from ..contracts import parse_query
+def query_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The RetrievalQuery fields the flags describe, not yet validated; scope defaults come from the job's environment."""
     from ..settings import get_settings
 
     settings = get_settings()
@@ -143,36 +162,57 @@ def query_from_args(args: argparse.Namespace):
     }
     if budgets:
         data["budgets"] = {k: int(v) for k, v in budgets.items()}
-    return parse_query(data)
+    return data
 
 
-def print_pack(pack, args: argparse.Namespace) -> int:
-    """Print exactly one rendering of a finished pack (the same for every transport and execution mode)."""
+def query_from_args(args: argparse.Namespace):
+    """The validated RetrievalQuery the flags describe (in-process paths; queue mode validates on the worker)."""
+    from ..contracts import parse_query
+
+    return parse_query(query_request(args))
+
+
+def print_pack(pack: dict[str, Any], args: argparse.Namespace) -> int:
+    """Print a finished pack from its JSON-mode dict: the one rendering for every transport and execution mode."""
+    import json
+
     from ..cli import note, write_atomic
 
-    for msg in pack.notes:
+    for msg in pack["notes"]:
         note(msg)
-    body = pack.model_dump_json(indent=2)
+    body = json.dumps(pack, indent=2, ensure_ascii=False) if args.json or args.output_file else ""
     if args.output_file:
         write_atomic(args.output_file, body + "\n")
-    sys.stdout.write(body + "\n" if args.json else pack.context_text)
+    sys.stdout.write(body + "\n" if args.json else pack["context_text"])
     sys.stdout.flush()
     return 0
+
+
+def expect_keys(data: Any, keys: tuple[str, ...], what: str) -> dict[str, Any]:
+    """`data` if it is a dict with `keys`: the cheap CLI/worker version check (the worker validated the contract)."""
+    if not isinstance(data, dict) or any(k not in data for k in keys):
+        raise MoonmindError(
+            "internal_error", f"The worker returned something that is not {what}.",
+            "Check that the worker runs the same moonmind-worker version as this CLI.",
+        )
+    return data
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ..settings import get_settings
 
-    query = query_from_args(args)
     settings = get_settings()
     transport = getattr(args, "transport", "direct")
     if transport == "auto":
         transport = "gateway" if settings.retrieval_url else "direct"
     if transport == "direct" and execution_mode(args) == "queue":
-        return print_pack(search_queued(query, args), args)
+        return print_pack(search_queued(query_request(args), args), args)
+    query = query_from_args(args)
     if transport == "direct":
-        return print_pack(search_direct(query, settings), args)
-    return print_pack(search_gateway(query, settings, args.fallback or settings.retrieval_fallback), args)
+        pack = search_direct(query, settings)
+    else:
+        pack = search_gateway(query, settings, args.fallback or settings.retrieval_fallback)
+    return print_pack(pack.model_dump(mode="json"), args)
 
 
 def search_direct(query, settings):
@@ -219,36 +259,27 @@ def search_gateway(query, settings, fallback: str):
         return search_direct(query, settings)
 
 
-def search_queued(query, args: argparse.Namespace):
-    """The same ContextPack, computed by a warm worker; validated here as it was there."""
-    from pydantic import ValidationError
-
-    from ..contracts import ContextPack
+def search_queued(request: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The ContextPack JSON for `request`, computed (and the request validated) by a warm worker."""
     from ..queue_client import SEARCH
     from ..settings import get_settings
 
-    latency = query.budgets.latency_ms if query.budgets else None
+    budgets = request.get("budgets") or {}
     data = run_queued(
-        SEARCH, {"query": query.model_dump(mode="json")}, queue=get_settings().search_queue,
-        timeout_s=queue_timeout(args, latency),
+        SEARCH, {"query": request}, queue=get_settings().search_queue,
+        timeout_s=queue_timeout(args, budgets.get("latency_ms")),
     )
-    try:
-        return ContextPack.model_validate(data)
-    except ValidationError:
-        raise MoonmindError(
-            "internal_error", "The worker returned something that is not a ContextPack.",
-            "Check that the worker runs the same moonmind-worker version as this CLI.",
-        ) from None
+    return expect_keys(data, PACK_KEYS, "a ContextPack")
 
 
-def print_index_report(report, args: argparse.Namespace) -> int:
-    """One rendering of an index run, for sync and queue alike."""
+def print_index_report(report: dict[str, Any], args: argparse.Namespace) -> int:
+    """One rendering of an index run (IndexReport's JSON dict), for sync and queue alike."""
     import json
 
     if args.json:
-        sys.stdout.write(json.dumps(report.model_dump(mode="json", exclude={"line"}), indent=2) + "\n")
+        sys.stdout.write(json.dumps({k: v for k, v in report.items() if k != "line"}, indent=2) + "\n")
     else:
-        sys.stdout.write(report.line + "\n")
+        sys.stdout.write(report["line"] + "\n")
     return 0
 
 
@@ -258,22 +289,15 @@ def cmd_index(args: argparse.Namespace) -> int:
     settings = get_settings()
     tenant = args.tenant or settings.tenant or "default"
     if execution_mode(args) == "queue":
-        from pydantic import ValidationError
-
-        from ..contracts import IndexReport, IndexRequest
         from ..queue_client import INDEX
 
-        request = IndexRequest(path=str(Path(args.path).resolve()), repo=args.repo, tenant=tenant)
+        # an IndexRequest, validated by the task on the worker
+        request = {"path": str(Path(args.path).resolve()), "repo": args.repo, "tenant": tenant}
         wait = not args.no_wait
-        out = run_queued(INDEX, {"request": request.model_dump(mode="json")}, queue=settings.index_queue,
-                         timeout_s=queue_timeout(args), wait=wait)
+        out = run_queued(INDEX, {"request": request}, queue=settings.index_queue, timeout_s=queue_timeout(args), wait=wait)
         if not wait:
             return print_task_id(out, args)
-        try:
-            return print_index_report(IndexReport.model_validate(out), args)
-        except ValidationError:
-            raise MoonmindError("internal_error", "The worker returned something that is not an IndexReport.",
-                                "Check that the worker runs the same moonmind-worker version as this CLI.") from None
+        return print_index_report(expect_keys(out, INDEX_REPORT_KEYS, "an IndexReport"), args)
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
@@ -293,4 +317,4 @@ def cmd_index(args: argparse.Namespace) -> int:
         store=store,
         progress=tty_progress(),
     )
-    return print_index_report(summary.report(), args)
+    return print_index_report(summary.report().model_dump(mode="json"), args)
