@@ -150,7 +150,8 @@ def retrieve_context_pack(
     where = canonical_where(query, scope)
     pool = max(top_k * 4, CANDIDATE_POOL)
     fields = SYMBOL_CANDIDATE_FIELDS if ranking.query_symbols(text) else CANDIDATE_FIELDS
-    specs = [SearchSpec(where=where, limit=pool, dense=qvec, fields=fields)]
+    sparse = SparseVec(ids, values) if ids else None
+    specs = [SearchSpec(where=where, limit=pool, dense=qvec, fields=fields, bm25_to=sparse)]
     if ids:
         specs.append(
             SearchSpec(where=where, limit=pool, sparse=SparseVec(ids, values), cosine_to=qvec, fields=fields)

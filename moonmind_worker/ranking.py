@@ -208,7 +208,7 @@ def merge(dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
     """One candidate per point: its cosine (from the dense branch, or the sparse branch's rescoring) and BM25."""
     by_id: dict[str, Candidate] = {}
     for h in dense_hits:
-        by_id[h.id] = Candidate(h.payload, cosine=h.score, bm25=0.0, id=h.id)
+        by_id[h.id] = Candidate(h.payload, cosine=h.score, bm25=h.bm25 or 0.0, id=h.id)
     for h in sparse_hits:
         c = by_id.get(h.id)
         if c is None:

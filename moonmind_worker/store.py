@@ -107,6 +107,8 @@ class SearchSpec:
     #: Why not return the stored vectors: the engine rescoring its own candidates is one
     #: cheap batched request, where shipping 256 floats per hit to Python is not.
     cosine_to: np.ndarray | None = None
+    #: likewise, every hit's BM25 score for this sparse query (`Hit.bm25`; 0 when no term matches)
+    bm25_to: SparseVec | None = None
     #: payload keys to return; None = the whole payload. Why a field list: candidates only
     #: need what fusion reads; full payloads (chunk text included) are fetched for the final
     #: top_k alone, with `Store.retrieve`.
@@ -120,6 +122,8 @@ class Hit:
     payload: dict[str, Any]
     #: the hit's cosine similarity to `SearchSpec.cosine_to`, when the branch asked for it
     cosine: float | None = None
+    #: the hit's BM25 score for `SearchSpec.bm25_to`, when the branch asked for it
+    bm25: float | None = None
 
 
 @dataclass
@@ -355,42 +359,40 @@ class EdgeStore:
         query costs more per point (and twice for a point both branches find); measured on a
         10k-chunk shard: 2.8 ms with payloads in the query vs 1.1 + 0.9 ms this way.
         """
-        from qdrant_edge import Prefetch, Query, QueryBatchRequest, QueryRequest, SparseVector
+        from qdrant_edge import Prefetch, QueryBatchRequest, QueryRequest
 
         _refuse_if_expired(deadline)
         shard = self._open()
-        requests, rescored = [], []
+        requests, plan = [], []
         for s in specs:
             flt = _edge_filter(s.where)
-            if s.dense is not None:
-                q = Query.Nearest(s.dense.tolist(), using=DENSE)
-            else:
-                q = Query.Nearest(SparseVector(indices=s.sparse.indices, values=s.sparse.values), using=SPARSE)
+            q = _edge_query(s.dense, s.sparse)
+            main, extra = len(requests), {}
             requests.append(QueryRequest(limit=s.limit, query=q, filter=flt, with_payload=False, with_vector=False))
-            if s.cosine_to is not None:  # the same candidates, rescored by the dense query
-                rescored.append((len(requests) - 1, len(requests)))
+            for field, dense, sparse in _rescorings(s):  # the same candidates, rescored by the other query
+                extra[field] = len(requests)
                 requests.append(QueryRequest(
                     limit=s.limit, prefetches=[Prefetch(limit=s.limit, query=q, filter=flt)],
-                    query=Query.Nearest(s.cosine_to.tolist(), using=DENSE), with_payload=False, with_vector=False,
+                    query=_edge_query(dense, sparse), with_payload=False, with_vector=False,
                 ))
+            plan.append((main, extra))
         # (id, score) pairs: the binding builds a new UUID object on every `.id` access, so read it once
         results = [[(p.id, p.score) for p in points] for points in shard.query_batch(QueryBatchRequest(requests))]
         payloads = self._payloads(results, specs)
-        cosines = {branch: dict(results[extra]) for branch, extra in rescored}
         out = []
-        branch = 0
-        for s in specs:
-            cos = cosines.get(branch)
+        for s, (main, extra) in zip(specs, plan):
+            cos, bm25 = (dict(results[extra[f]]) if f in extra else None for f in ("cosine", "bm25"))
             hits = []
-            for pid, score in results[branch]:
+            for pid, score in results[main]:
                 if pid not in payloads:
                     continue  # deleted between the query and the read
                 sid, payload = payloads[pid]
                 if s.fields is not None and len(payload) > len(s.fields):
                     payload = {k: payload[k] for k in s.fields if k in payload}
-                hits.append(Hit(id=sid, score=score, payload=payload, cosine=None if cos is None else cos.get(pid, 0.0)))
+                hits.append(Hit(id=sid, score=score, payload=payload,
+                                cosine=None if cos is None else cos.get(pid, 0.0),
+                                bm25=None if bm25 is None else bm25.get(pid, 0.0)))
             out.append(hits)
-            branch += 2 if cos is not None else 1
         return out
 
     def _payloads(self, results, specs: Sequence[SearchSpec]) -> dict[Any, tuple[str, dict[str, Any]]]:
@@ -584,6 +586,33 @@ def _edge_filter(where: Where | None):
         must_not=[cond(c) for c in where.must_not] or None,
         should=[cond(c) for c in where.should] or None,
     )
+
+
+def _rescorings(s: SearchSpec) -> list[tuple[str, np.ndarray | None, SparseVec | None]]:
+    """The extra scores a branch asked for: (Hit field, dense query, sparse query)."""
+    out: list[tuple[str, np.ndarray | None, SparseVec | None]] = []
+    if s.cosine_to is not None:
+        out.append(("cosine", s.cosine_to, None))
+    if s.bm25_to is not None:
+        out.append(("bm25", None, s.bm25_to))
+    return out
+
+
+def _edge_query(dense: np.ndarray | None, sparse: SparseVec | None):
+    from qdrant_edge import Query, SparseVector
+
+    if dense is not None:
+        return Query.Nearest(dense.tolist(), using=DENSE)
+    return Query.Nearest(SparseVector(indices=sparse.indices, values=sparse.values), using=SPARSE)
+
+
+def _client_query(dense: np.ndarray | None, sparse: SparseVec | None):
+    """(query, using) for a qdrant-client QueryRequest."""
+    from qdrant_client import models as m
+
+    if dense is not None:
+        return dense.tolist(), DENSE
+    return m.SparseVector(indices=sparse.indices, values=sparse.values), SPARSE
 
 
 def _refuse_if_expired(deadline: float | None) -> None:
@@ -787,27 +816,27 @@ class QdrantClientStore:
         from qdrant_client import models as m
 
         _refuse_if_expired(deadline)
-        requests, rescored = [], []
+        requests, plan = [], []
         for s in specs:
-            if s.dense is not None:
-                query, using = s.dense.tolist(), DENSE
-            else:
-                query, using = m.SparseVector(indices=s.sparse.indices, values=s.sparse.values), SPARSE
+            query, using = _client_query(s.dense, s.sparse)
             flt = _client_filter(s.where)
+            main, rescored = len(requests), {}
             requests.append(
                 m.QueryRequest(
                     query=query, using=using, filter=flt, limit=s.limit,
                     with_payload=list(s.fields) if s.fields is not None else True, with_vector=False,
                 )
             )
-            if s.cosine_to is not None:  # the same candidates, rescored by the dense query (see SearchSpec)
-                rescored.append((len(requests) - 1, len(requests)))
+            for field, dense, sparse in _rescorings(s):  # the same candidates, rescored (see SearchSpec)
+                rescored[field] = len(requests)
+                other, other_using = _client_query(dense, sparse)
                 requests.append(
                     m.QueryRequest(
                         prefetch=m.Prefetch(query=query, using=using, filter=flt, limit=s.limit),
-                        query=s.cosine_to.tolist(), using=DENSE, limit=s.limit, with_payload=False, with_vector=False,
+                        query=other, using=other_using, limit=s.limit, with_payload=False, with_vector=False,
                     )
                 )
+            plan.append((main, rescored))
         extra = {}
         if deadline is not None:  # Qdrant takes whole seconds; the pipeline enforces the exact budget after
             extra["timeout"] = max(1, math.ceil(deadline - time.monotonic()))
@@ -816,17 +845,16 @@ class QdrantClientStore:
             "Qdrant query",
             deadline=deadline,
         )
-        cosines = {branch: {str(p.id): float(p.score) for p in responses[extra_i].points} for branch, extra_i in rescored}
         out = []
-        branch = 0
-        for _ in specs:
-            cos = cosines.get(branch)
+        for main, rescored in plan:
+            cos, bm25 = ({str(p.id): float(p.score) for p in responses[rescored[f]].points} if f in rescored else None
+                         for f in ("cosine", "bm25"))
             out.append([
                 Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {}),
-                    cosine=None if cos is None else cos.get(str(p.id), 0.0))
-                for p in responses[branch].points
+                    cosine=None if cos is None else cos.get(str(p.id), 0.0),
+                    bm25=None if bm25 is None else bm25.get(str(p.id), 0.0))
+                for p in responses[main].points
             ])
-            branch += 2 if cos is not None else 1
         return out
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]:
