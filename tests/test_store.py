@@ -132,6 +132,14 @@ def test_sparse_branch_hits_carry_their_cosine_to_the_dense_query(filled):
     assert hits[0].payload["n"] == 2  # still ranked by BM25 (both terms), not by cosine
 
 
+def test_dense_branch_hits_carry_their_bm25_for_the_sparse_query(filled):
+    hits = filled.search([_dense(limit=5, bm25_to=SparseVec([2, 3], [1.0, 1.0]))])[0]
+    by_n = {h.payload["n"]: h for h in hits}
+    assert [h.payload["n"] for h in hits][:2] == [0, 1]  # still ranked by cosine
+    assert by_n[1].bm25 > by_n[0].bm25 > 0 and by_n[2].bm25 > 0  # n=1 has both terms; 0 and 2 one each
+    assert by_n[3].bm25 == by_n[4].bm25 == 0.0  # no query term in them
+
+
 def test_a_branch_returns_only_the_payload_fields_it_asked_for(filled):
     narrow, wide = filled.search([_dense(limit=2, fields=("path",)), _dense(limit=2)])
     assert [set(h.payload) for h in narrow] == [{"path"}, {"path"}]
