@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from . import observe
 from .auth import TokenRegistry, authorize
 from .contracts import ContextPack, ErrorEnvelope, HealthStatus, RetrievalQuery, parse_query
 from .errors import MoonmindError, invalid_query
@@ -302,7 +303,10 @@ def _retrieve(settings: Settings, resources, query: RetrievalQuery, scope, start
 
     try:
         embedder, store = resources()
-        return retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope, started=started)
+        # the calling worker caches the pack with its own run's artifacts (commands/rag.py); here it
+        # would land on the gateway host, where no run's "Context used" is read
+        with observe.no_artifacts():
+            return retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope, started=started)
     except MoonmindError:
         raise
     except Exception:  # noqa: BLE001 - logged here, generic for the caller

@@ -475,3 +475,15 @@ def test_gateway_transport_without_url_or_token_says_what_to_set(world, tmp_path
     assert r.returncode == 3 and "MOONMIND_RETRIEVAL_URL" in r.stderr
     r = run_cli("rag", "search", "--query", QUERY, env=clean_env(tmp_path, MOONMIND_RETRIEVAL_URL=world.gw.url))
     assert r.returncode == 3 and "MOONMIND_RETRIEVAL_TOKEN" in r.stderr
+
+
+def test_a_gateway_search_is_cached_with_the_workers_run_not_on_the_gateway(world):
+    env = world.cli_env(MOONMIND_RUN_ID="run-gw-cache")
+    r = run_cli("rag", "search", "--query", QUERY, "--filters", "repo=demo", "tenant=acme", "--transport", "gateway",
+                "--no-fallback", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    pack_id = json.loads(r.stdout)["telemetry_id"]
+    worker_run = world.direct_home / "artifacts" / "run-gw-cache"
+    assert json.loads((worker_run / "context-packs" / f"{pack_id}.json").read_text())["telemetry_id"] == pack_id
+    assert pack_id in (worker_run / "breadcrumbs.jsonl").read_text()
+    assert not list((world.gateway_home / "artifacts").rglob(f"{pack_id}.json"))

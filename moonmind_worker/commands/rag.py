@@ -246,7 +246,7 @@ def search_gateway(query, settings, fallback: str):
             "Export MOONMIND_RETRIEVAL_TOKEN (ask the gateway operator: `moonmind gateway add-token`).",
         )
     try:
-        return fetch_pack(query, url=settings.retrieval_url, token=settings.retrieval_token.get_secret_value())
+        pack = fetch_pack(query, url=settings.retrieval_url, token=settings.retrieval_token.get_secret_value())
     except MoonmindError as err:
         if err.code not in FALLBACK_CODES or fallback != "direct" or not direct_available(settings):
             raise
@@ -257,6 +257,13 @@ def search_gateway(query, settings, fallback: str):
                    "(--no-fallback to disable)", settings.secrets())
         )
         return search_direct(query, settings)
+    from ..observe import record_pack
+
+    try:
+        record_pack(pack, settings)  # "Context used" belongs to this worker's run, not to the gateway host
+    except Exception:  # noqa: BLE001 - caching never fails a search
+        pass
+    return pack
 
 
 def search_queued(request: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
