@@ -1,18 +1,23 @@
 """Real HTTP servers on loopback for what cannot run here: a hosted embeddings API, a Qdrant that says 401/403.
 
-`EmbeddingsServer` speaks the OpenAI embeddings protocol (POST /v1/embeddings).
-Its vectors come from the shipped static model, repeated `repeat` times, so a
-collection embedded through it retrieves as well as the offline model does while
-having a different name and dimension. Tests script its failures: the first N
-calls fail with a status, a 429 quota answer, a 401, or a delay.
+`EmbeddingsServer` is the one OpenAI-compatible embeddings server of the suite.
+By default its vectors come from the shipped static model, repeated `repeat`
+times, so a collection embedded through it retrieves as well as the offline
+model does while having a different name and dimension; `embed` swaps in other
+vectors. Tests script its failures: the first N calls fail with a
+status, every call fails, a 429 quota answer, a wrong bearer key, a delay, TCP
+resets, or calls held mid-way until released.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import struct
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -23,24 +28,38 @@ class _Server(ThreadingHTTPServer):
 
 
 class EmbeddingsServer:
-    def __init__(self, repeat: int = 2, port: int = 0) -> None:
-        from moonmind_worker.embedding import StaticEmbedder
+    """POST /v1/embeddings like OpenAI (float or base64 answers), with scriptable failures.
 
-        self.repeat = repeat
-        self._model = StaticEmbedder()
+    Vectors come from `embed` (texts -> vectors) when given, else from the shipped
+    static model repeated `repeat` times. With `api_key` set, any other bearer gets
+    OpenAI's 401 invalid_api_key answer; any path but /v1/embeddings gets 404.
+    Every POST is recorded in `requests` (path, auth header and JSON body).
+    """
+
+    def __init__(self, repeat: int = 2, port: int = 0, embed: Callable[[list[str]], list[list[float]]] | None = None,
+                 api_key: str | None = None) -> None:
+        if embed is None:
+            from moonmind_worker.embedding import StaticEmbedder
+
+            model = StaticEmbedder()
+
+            def embed(texts: list[str]) -> list[list[float]]:
+                return [[float(x) for x in list(v) * repeat] for v in model.embed_documents(texts)]
+
+        self._embed = embed
+        self.api_key = api_key
         self.lock = threading.Lock()
-        self.calls = 0  # every POST, failed or not
+        self.requests: list[dict] = []  # every POST, failed or not: {"path", "auth", **body}
         self.texts_embedded = 0  # texts in successful answers
         self.fail_first = 0  # the first N calls fail with fail_status
         self.fail_status = 503
         self.always_status: int | None = None  # every call answers this status
         self.quota = False  # answer 429 insufficient_quota
-        self.delay_s = 0.0
+        self.delay_s = 0.0  # every call waits this long before answering
         self.reset_first = 0  # the first N calls get their TCP connection reset, no answer
         self.hold_after: int | None = None  # calls after the Nth wait for `released` (a sync caught mid-way)
         self.released = threading.Event()
         self.holding = threading.Event()  # set while a call is held
-        self.auth_header: str | None = None
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,17 +69,17 @@ class EmbeddingsServer:
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with outer.lock:
+                    outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+                    n = len(outer.requests)
                     reset = outer.reset_first > 0
                     if reset:
                         outer.reset_first -= 1
-                        outer.calls += 1
                 if reset:  # RST instead of an answer: a connection reset by peer
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     self.connection.close()
                     self.close_connection = True
                     return
-                outer.auth_header = self.headers.get("Authorization")
-                status, payload = outer._answer(body)
+                status, payload = outer._answer(n, self.path, self.headers.get("Authorization"), body)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -74,12 +93,25 @@ class EmbeddingsServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
 
-    def _answer(self, body: dict) -> tuple[int, dict]:
-        import time
+    @property
+    def calls(self) -> int:
+        """Every POST so far, reset, refused or answered."""
+        return len(self.requests)
 
-        with self.lock:
-            self.calls += 1
-            n = self.calls
+    def embedded_texts(self) -> list[str]:
+        """Every text sent for embedding, in order (the last one is the latest query)."""
+        return [t for r in self.requests if r["path"] == "/v1/embeddings"
+                for t in (r["input"] if isinstance(r["input"], list) else [r["input"]])]
+
+    def provider_env(self, api_key: str) -> dict[str, str]:
+        """The variables that point the CLI's OpenAI-compatible provider here."""
+        return {"MOONMIND_EMBEDDING_PROVIDER": "openai", "OPENAI_API_KEY": api_key, "OPENAI_BASE_URL": self.base_url}
+
+    def _answer(self, n: int, path: str, auth: str | None, body: dict) -> tuple[int, dict]:
+        if path != "/v1/embeddings":
+            return 404, {"error": {"message": "not found"}}
+        if self.api_key is not None and auth != f"Bearer {self.api_key}":
+            return 401, {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.hold_after is not None and n > self.hold_after:
@@ -92,15 +124,16 @@ class EmbeddingsServer:
         if status:
             return status, {"error": {"message": f"scripted failure {status}", "type": "server_error"}}
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        vecs = self._model.embed_documents(texts)
+        data = []
+        for i, vec in enumerate(self._embed(texts)):
+            if body.get("encoding_format") == "base64":  # the openai client asks for this by default
+                vec = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": vec})
         with self.lock:
             self.texts_embedded += len(texts)
-        data = [
-            {"object": "embedding", "index": i, "embedding": [float(x) for x in list(v) * self.repeat]}
-            for i, v in enumerate(vecs)
-        ]
+        words = sum(len(t.split()) for t in texts)
         return 200, {"object": "list", "data": data, "model": body.get("model"),
-                     "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+                     "usage": {"prompt_tokens": words, "total_tokens": words}}
 
     def close(self) -> None:
         self._httpd.shutdown()

@@ -2,24 +2,22 @@
 
 Real parts only: a UDP socket bound on loopback plays the StatsD server, a kombu
 consumer on Redis (DB 7, a unique queue bound to the events exchange) receives
-the queue events, and a local HTTP server speaks the OpenAI embeddings protocol.
+the queue events, and a local HTTP server (tests/http_servers.py) speaks the
+OpenAI embeddings protocol.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import socket
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import numpy as np
 import pytest
-from http_servers import closed_port
+from http_servers import EmbeddingsServer, closed_port
 
 BROKER = "redis://127.0.0.1:6379/7"
+EMBED_KEY = "sk-test-not-a-secret"
 SCOPE = {"MOONMIND_JOB_ID": "job-obs", "MOONMIND_RUN_ID": "run-obs", "MOONMIND_REPO": "demo", "MOONMIND_TENANT": "acme"}
 
 
@@ -155,59 +153,9 @@ def _assert_scope(evt: dict) -> None:
 # --- an OpenAI-compatible embeddings server ----------------------------------
 
 
-class EmbeddingServer:
-    """POST /v1/embeddings → deterministic 16-dim vectors, or `fail_status` when set."""
-
-    DIMS = 16
-
-    def __init__(self) -> None:
-        self.fail_status: int | None = None
-        self.requests = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):  # quiet
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests += 1
-                if outer.fail_status:
-                    data = json.dumps({"error": {"message": "unavailable", "type": "server_error"}}).encode()
-                    self.send_response(outer.fail_status)
-                else:
-                    texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                    rows = []
-                    for i, t in enumerate(texts):
-                        seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "big")
-                        vec = np.random.default_rng(seed).standard_normal(outer.DIMS).tolist()
-                        rows.append({"object": "embedding", "index": i, "embedding": vec})
-                    data = json.dumps({"object": "list", "data": rows, "model": body["model"],
-                                       "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
-                    self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        port = self.httpd.server_address[1]
-        self.env = {
-            "MOONMIND_EMBEDDING_PROVIDER": "openai",
-            "OPENAI_API_KEY": "sk-test-not-a-secret",
-            "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
-        }
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def embed_server():
-    s = EmbeddingServer()
+    s = EmbeddingsServer()
     yield s
     s.close()
 
@@ -284,7 +232,7 @@ def test_embedding_connectivity_failure_emits_embedding_aborted_before_exit(
     mm, repo, embed_server, statsd_server, consumer
 ):
     """Spec 01 US2-1: connectivity failure → error, `embedding_aborted`, non-zero exit, no partial output."""
-    base = {**embed_server.env, **SCOPE}
+    base = {**embed_server.provider_env(EMBED_KEY), **SCOPE}
     assert mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", extra_env=base).code == 0
     env = {**base, **statsd_server.env, **consumer.env, "OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1"}
     r = mm("rag", "search", "--query", "bearer token", "--json", extra_env=env)
@@ -321,17 +269,17 @@ def test_embedding_server_error_reports_every_attempt(env, monkeypatch, embed_se
     from moonmind_worker.errors import MoonmindError
     from moonmind_worker.settings import get_settings
 
-    for k, v in {**embed_server.env, **SCOPE, **consumer.env, "MOONMIND_EMBEDDING_DIMENSIONS": "16"}.items():
+    for k, v in {**embed_server.provider_env(EMBED_KEY), **SCOPE, **consumer.env, "MOONMIND_EMBEDDING_DIMENSIONS": "16"}.items():
         monkeypatch.setenv(k, v)
     get_settings.cache_clear()
     events.reset()
     metrics.reset()
-    embed_server.fail_status = 503
+    embed_server.always_status = 503
     embedder = make_embedder(get_settings())
     with pytest.raises(MoonmindError) as exc:
         embedder.embed_documents(["a", "b", "c"])
     aborted = _one(consumer.drain(until="embedding_aborted"), "embedding_aborted")
-    assert aborted["attempts"] == embed_server.requests == exc.value.details["attempts"] == 4
+    assert aborted["attempts"] == embed_server.calls == exc.value.details["attempts"] == 4
     assert aborted["reason"] == "embedding_provider_error" and aborted["texts"] == 3
     _assert_scope(aborted)
 
@@ -363,17 +311,11 @@ def test_token_budget_truncation_is_reported(mm, mm_indexed, statsd_server, cons
 
 
 def test_latency_budget_abort_is_reported(mm, repo, embed_server, statsd_server, consumer):
-    base = {**embed_server.env, **SCOPE}
+    base = {**embed_server.provider_env(EMBED_KEY), **SCOPE}
     assert mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", extra_env=base).code == 0
     # a slow provider: every request hangs 50 ms, so a 1 ms budget is exceeded after embedding
     env = {**base, **statsd_server.env, **consumer.env}
-    orig = embed_server.httpd.RequestHandlerClass.do_POST
-
-    def slow(self):
-        time.sleep(0.05)
-        orig(self)
-
-    embed_server.httpd.RequestHandlerClass.do_POST = slow
+    embed_server.delay_s = 0.05
     r = mm("rag", "search", "--query", "bearer token", "--budget", "latency_ms=1", "--json", extra_env=env)
     assert r.code == 5 and r.stdout == ""
     budget = _one(consumer.drain(until="budget_exceeded"), "budget_exceeded")

@@ -1,90 +1,39 @@
 """The OpenAI-compatible embedding provider against a real local HTTP server.
 
-The server speaks POST /v1/embeddings like OpenAI (float or base64 encoding) and
-returns deterministic hashed bag-of-words vectors, so retrieval through it is
-meaningful: a query shares words with the chunk it should find.
+The server (tests/http_servers.py) speaks POST /v1/embeddings like OpenAI (float
+or base64 encoding), checks the bearer key, and here returns deterministic hashed
+bag-of-words vectors, so retrieval through it is meaningful: a query shares words
+with the chunk it should find.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import re
-import struct
-import threading
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from conftest import FIXTURE_FILES
+from http_servers import EmbeddingsServer
 
 DIMS = 64
 MODEL = "hash-bow-64"
 KEY = "sk-test-0123456789abcdef"
 
 
-def bow_vector(text: str) -> list[float]:
-    v = [0.0] * DIMS
-    for word in re.findall(r"[a-z0-9]+", text.lower()):
-        v[zlib.crc32(word.encode()) % DIMS] += 1.0
-    return v
-
-
-class EmbeddingsServer:
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.fail_next: list[int] = []  # HTTP statuses to answer before succeeding again
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep pytest output clean
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
-                if self.path != "/v1/embeddings":
-                    return self._send(404, {"error": {"message": "not found"}})
-                if self.headers.get("Authorization") != f"Bearer {KEY}":
-                    return self._send(401, {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}})
-                if server.fail_next:
-                    return self._send(server.fail_next.pop(0), {"error": {"message": "try again"}})
-                inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                data = []
-                for i, text in enumerate(inputs):
-                    vec = bow_vector(text)
-                    if body.get("encoding_format") == "base64":
-                        vec = base64.b64encode(struct.pack(f"<{DIMS}f", *vec)).decode()
-                    data.append({"object": "embedding", "index": i, "embedding": vec})
-                n = sum(len(t.split()) for t in inputs)
-                self._send(200, {"object": "list", "data": data, "model": body["model"],
-                                 "usage": {"prompt_tokens": n, "total_tokens": n}})
-
-            def _send(self, status: int, payload: dict) -> None:
-                raw = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def embedded_texts(self) -> list[str]:
-        return [t for r in self.requests if r.get("path") == "/v1/embeddings" for t in (r["input"] if isinstance(r["input"], list) else [r["input"]])]
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def bow_vectors(texts: list[str]) -> list[list[float]]:
+    out = []
+    for text in texts:
+        v = [0.0] * DIMS
+        for word in re.findall(r"[a-z0-9]+", text.lower()):
+            v[zlib.crc32(word.encode()) % DIMS] += 1.0
+        out.append(v)
+    return out
 
 
 @pytest.fixture
 def server():
-    s = EmbeddingsServer()
+    s = EmbeddingsServer(embed=bow_vectors, api_key=KEY)
     yield s
     s.close()
 
@@ -92,9 +41,7 @@ def server():
 @pytest.fixture
 def openai_env(server):
     return {
-        "MOONMIND_EMBEDDING_PROVIDER": "openai",
-        "OPENAI_BASE_URL": server.url,
-        "OPENAI_API_KEY": KEY,
+        **server.provider_env(KEY),
         "MOONMIND_EMBEDDING_MODEL": MODEL,
         "MOONMIND_EMBEDDING_BATCH_SIZE": "3",
     }
@@ -142,7 +89,7 @@ def test_rejected_key_is_unauthenticated_without_leaking_it(cli, repo, server, o
 
 
 def test_transient_server_error_is_retried(cli, repo, server, openai_env):
-    server.fail_next = [503]
+    server.fail_first, server.fail_status = 1, 503
     r = cli("rag", "index", str(repo), "--repo", "demo", "--json", extra_env=openai_env)
     assert r.code == 0, r.stderr
     assert r.json()["files_indexed"] == len(FIXTURE_FILES)
