@@ -9,7 +9,6 @@ the CLI and by the job bootstrap hook (`run_checks(settings)`).
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 import urllib.error
@@ -74,22 +73,18 @@ class DoctorReport:
         return "\n".join(lines) + "\n"
 
 
-def _setting(settings: Settings, attr: str, env: str) -> str | None:
-    """A setting other modules may define; the environment when this Settings has no such field."""
-    value = getattr(settings, attr, None)
-    if value is None:
-        value = os.environ.get(env) or None
-    if hasattr(value, "get_secret_value"):
-        value = value.get_secret_value() or None
-    return value
+def _retrieval_token(settings: Settings) -> str | None:
+    token = settings.retrieval_token
+    return (token.get_secret_value() or None) if token is not None else None
 
 
-def _secrets(settings: Settings) -> list[str]:
-    out = list(settings.secrets())
-    token = _setting(settings, "retrieval_token", "MOONMIND_RETRIEVAL_TOKEN")
-    if token:
-        out.append(token)
-    return out
+def _configured_broker(settings: Settings) -> str | None:
+    """CELERY_BROKER_URL when set anywhere Settings reads (environment, `.env`, keyword), else None.
+
+    Why not the default URL: a worker with no broker configured does not need one
+    for retrieval, so the doctor does not probe localhost:6379 on its behalf.
+    """
+    return settings.celery_broker_url if "celery_broker_url" in settings.model_fields_set else None
 
 
 def describe_store(settings: Settings) -> str:
@@ -278,13 +273,13 @@ def _statsd_check(host: str, port: int) -> Check:
 def run_checks(settings: Settings) -> DoctorReport:
     """Every prerequisite of retrieval, probed for real; never raises for a broken prerequisite."""
     checks: list[Check] = []
-    gateway_url = _setting(settings, "retrieval_url", "MOONMIND_RETRIEVAL_URL")
+    gateway_url = settings.retrieval_url
     direct: list[Check] = []
     _direct_checks(settings, direct)
     if gateway_url:
         # Searches go through the gateway; the direct path matters only as the fallback.
-        fallback = (_setting(settings, "retrieval_fallback", "MOONMIND_RETRIEVAL_FALLBACK") or "direct") == "direct"
-        gw = _gateway_check(gateway_url, _setting(settings, "retrieval_token", "MOONMIND_RETRIEVAL_TOKEN"), True)
+        fallback = settings.retrieval_fallback == "direct"
+        gw = _gateway_check(gateway_url, _retrieval_token(settings), True)
         direct_ok = all(c.ok for c in direct)
         if not gw.ok and fallback and direct_ok:
             gw.required = False  # the direct fallback carries retrieval
@@ -292,14 +287,12 @@ def run_checks(settings: Settings) -> DoctorReport:
             c.required = not gw.ok and fallback
         checks.append(gw)
     checks.extend(direct)
-    broker = _setting(settings, "broker_url", "CELERY_BROKER_URL")
+    broker = _configured_broker(settings)
     if broker:
         checks.append(_broker_check(broker))
-    statsd_host = _setting(settings, "statsd_host", "STATSD_HOST")
-    if statsd_host:
-        port = int(_setting(settings, "statsd_port", "STATSD_PORT") or 8125)
-        checks.append(_statsd_check(statsd_host, port))
-    secrets = _secrets(settings)
+    if settings.statsd_host:
+        checks.append(_statsd_check(settings.statsd_host, settings.statsd_port))
+    secrets = settings.secrets()
     for c in checks:
         c.detail, c.remedy = redact(c.detail, secrets), redact(c.remedy, secrets)
     return DoctorReport(checks)

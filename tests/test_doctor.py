@@ -132,6 +132,29 @@ def test_an_unreachable_broker_and_statsd_are_reported_but_do_not_block_retrieva
     assert "broker-pass" not in r.stdout + r.stderr
 
 
+def test_the_broker_configured_in_dotenv_is_the_one_checked(cli, prebuilt, tmp_path):
+    """CELERY_BROKER_URL from `.env` in the working directory counts, like every other setting."""
+    port = closed_port()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".env").write_text(f"CELERY_BROKER_URL=redis://127.0.0.1:{port}/7\n")
+    r = cli("worker", "doctor", "--json", cwd=work)
+    assert r.code == 0, r.stdout
+    broker = {c["name"]: c for c in r.json()["checks"]}["broker"]
+    assert broker["ok"] is False and f"127.0.0.1:{port}" in broker["detail"]
+
+
+def test_a_keyword_broker_beats_the_environment_in_run_checks(env, prebuilt, monkeypatch):
+    """The doctor probes the broker of the Settings it is given, not whatever the process environment says."""
+    from moonmind_worker.doctor import run_checks
+    from moonmind_worker.settings import Settings
+
+    monkeypatch.setenv("CELERY_BROKER_URL", f"redis://127.0.0.1:{closed_port()}/7")
+    report = run_checks(Settings(celery_broker_url="redis://127.0.0.1:6379/7"))
+    broker = {c.name: c for c in report.checks}["broker"]
+    assert broker.ok is True and broker.detail == "redis://127.0.0.1:6379/7: reachable"
+
+
 def test_run_checks_is_the_python_api_the_bootstrap_hook_uses(env, prebuilt):
     from moonmind_worker.doctor import run_checks
     from moonmind_worker.settings import Settings
