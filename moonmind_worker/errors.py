@@ -78,10 +78,26 @@ class MoonmindError(Exception):
 
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
+#: A credential passed as a URL query (or fragment) parameter: `?key=AIza...` (Gemini), `&api_key=`, `token=`,
+#: `access_token=`, `password=`, `client_secret=`, `X-Amz-Signature=`, `sig=`... A name counts when it is one of
+#: these words or ends in one after a `_`, `-` or `.` (so `monkey=` or `keyword=` do not). The value runs to the
+#: next `&`, `#`, quote or whitespace; punctuation right before a space or the end (`...?key=x: cannot connect`)
+#: is the sentence's, not the value's.
+_SECRET_QUERY_PARAM = re.compile(
+    r"(?P<name>[?&#](?:[\w.-]*[_.-])?(?:api_?key|key|token|password|passwd|pwd|pass|secret|signature|sig|auth))="
+    r"[^&#\s\"'<>]+?(?=[.,;:)\]]*(?:[&#\s\"'<>]|$))",
+    re.IGNORECASE,
+)
+
 
 def redact(text: str, secrets: list[str] | None = None) -> str:
-    """Remove credentials from text: known secret values and `user:pass@` in URLs."""
+    """Remove credentials from text: known secret values, `user:pass@` in URLs and secret query parameters.
+
+    Why the URL shapes too: a URL is printed in connectivity errors, and its credentials
+    are often not a configured secret value (a key pasted into QDRANT_URL's query).
+    """
     out = _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
+    out = _SECRET_QUERY_PARAM.sub(r"\g<name>=***", out)
     for s in secrets or ():
         if s:
             out = out.replace(s, "***")
