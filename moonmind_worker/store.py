@@ -671,16 +671,25 @@ class QdrantClientStore:
         self._has_key = key is not None
         self._physical = False  # True for a sync target: created as itself, never behind an alias
         self._shared = False  # True for a sibling sharing this client: close() leaves the client open
+        # local mode is a pure-Python engine that is not thread-safe (a delete during a query's
+        # scan fails inside it): calls on it are serialized; a server handles concurrency itself
+        self._local_lock = threading.RLock() if self.local else None
 
     def _call(self, fn, what: str, deadline: float | None = None):
         from .retry import call_with_retries
 
+        if self._local_lock is not None:
+            inner, fn = fn, lambda: self._locked(inner)
         try:
             return call_with_retries(
                 fn, what=f"{what} at {redact(self.location)}", service="qdrant", deadline=deadline
             )
         except MoonmindError as err:
             raise _explain_auth(err, self._has_key) from None
+
+    def _locked(self, fn):
+        with self._local_lock:
+            return fn()
 
     def info(self) -> CollectionInfo | None:
         name = self.collection
