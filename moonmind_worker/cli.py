@@ -84,7 +84,22 @@ def write_atomic(path: str, data: str) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run() -> None:
+    """The `moonmind` console script: `main()`, then exit without interpreter teardown.
+
+    Why: tearing down the modules and the engine's objects of a one-shot command took ~40 ms
+    of a ~450 ms `rag search` here. Buffered store writes are flushed by `main` first.
+    """
+    rc = main(_ending=True)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+    os._exit(rc)
+
+
+def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:
     argv = sys.argv[1:] if argv is None else argv
     as_json = "--json" in argv
     try:
@@ -115,16 +130,17 @@ def main(argv: list[str] | None = None) -> int:
         print_error(err, as_json)
         return EXIT_INTERNAL
     finally:
-        _release_resources()
+        _release_resources(flush_only=_ending)
 
 
-def _release_resources() -> None:
+def _release_resources(flush_only: bool = False) -> None:
     """Close stores before the interpreter tears down (releases the embedded store's lock cleanly,
-    and keeps qdrant-client's own shutdown hook from printing a traceback)."""
+    and keeps qdrant-client's own shutdown hook from printing a traceback); only flush them when
+    the process ends right after without teardown (`run`)."""
     runtime = sys.modules.get("moonmind_worker.runtime")
     if runtime is not None:
-        runtime.close_all()
+        runtime.close_all(flush_only=flush_only)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

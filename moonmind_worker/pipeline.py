@@ -154,7 +154,7 @@ def retrieve_context_pack(
     specs = [SearchSpec(where=where, limit=pool, dense=qvec, fields=fields, bm25_to=sparse)]
     if ids:
         specs.append(
-            SearchSpec(where=where, limit=pool, sparse=SparseVec(ids, values), cosine_to=qvec, fields=fields)
+            SearchSpec(where=where, limit=pool, sparse=sparse, cosine_to=qvec, fields=fields)
         )
     plan = overlay.plan_search(query, specs)  # the run's live overlay joins the same batched request
     specs = specs + plan.specs

@@ -49,13 +49,18 @@ def existing_store(settings: Settings, collection: str | None = None) -> Store |
         return _stores.get(_store_key(settings, collection))
 
 
-def close_all() -> None:
-    """Release stores (the embedded store's lock in particular)."""
+def close_all(flush_only: bool = False) -> None:
+    """Release stores (the embedded store's lock in particular).
+
+    `flush_only`: the process is about to end without interpreter teardown (`cli.run`), which
+    releases locks and memory itself; only writes still buffered must reach the disk.
+    """
     with _lock:
         for store in _stores.values():
             try:
-                store.close()
+                store.flush() if flush_only else store.close()
             except Exception:  # noqa: BLE001 - closing is best effort at shutdown
                 pass
-        _stores.clear()
-        _embedders.clear()
+        if not flush_only:
+            _stores.clear()
+            _embedders.clear()
