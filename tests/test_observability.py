@@ -313,14 +313,15 @@ def test_token_budget_truncation_is_reported(mm, mm_indexed, statsd_server, cons
 def test_latency_budget_abort_is_reported(mm, repo, embed_server, statsd_server, consumer):
     base = {**embed_server.provider_env(EMBED_KEY), **SCOPE}
     assert mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", extra_env=base).code == 0
-    # a slow provider: every request hangs 50 ms, so a 1 ms budget is exceeded after embedding
+    # a slow provider: every request hangs 50 ms, so a 1 ms budget is exceeded while embedding
+    # (the remaining budget is the embedding call's timeout, so the call is cut short, not waited out)
     env = {**base, **statsd_server.env, **consumer.env}
     embed_server.delay_s = 0.05
     r = mm("rag", "search", "--query", "bearer token", "--budget", "latency_ms=1", "--json", extra_env=env)
     assert r.code == 5 and r.stdout == ""
     budget = _one(consumer.drain(until="budget_exceeded"), "budget_exceeded")
     assert budget["budget_type"] == "latency_ms" and budget["budget_limit"] == 1
-    assert budget["budget_spent"] >= 50 and budget["outcome"] == "aborted"
+    assert budget["budget_spent"] > budget["budget_limit"] and budget["outcome"] == "aborted"
     _assert_scope(budget)
     lines = statsd_server.lines()
     assert statsd_server.only(lines, "moonmind.rag.budget.exceeded.latency_ms") == [(1.0, "c")]
