@@ -1,6 +1,6 @@
 """Split a file into chunks that follow its structure.
 
-Why structure: a chunk that starts at a `def`/`class` or a markdown heading is
+Why structure: a chunk that starts at a `def`/`class` or a markdown/reST heading is
 about one thing, so its embedding is sharper and its citation more useful.
 Chunks are whole lines, never above `max_chars` (a single huge line is cut),
 and carry exact character offsets and 1-based line numbers into the file.
@@ -54,6 +54,8 @@ _DEF["swift"] = re.compile(r"^(?:(?:public|private|internal|open|final)\s+)*(?:f
 
 _DECORATOR = re.compile(r"^@")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+#: a reStructuredText section adornment: one punctuation character repeated (under, maybe over, a title)
+_RST_ADORNMENT = re.compile(r"^([=\-~^\"'`#*+:._<>!$%&,;?@\\/|])\1{2,}\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
@@ -116,6 +118,8 @@ def _blocks(lines: list[str], language: str) -> list[_Block]:
                 level = len(m.group(1))
                 path = [(lv, t) for lv, t in path if lv < level] + [(level, m.group(2))]
                 starts.append((i, " > ".join(t for _, t in path)))
+    elif language == "rst":
+        starts.extend(_rst_sections(lines))
     else:
         pattern = _DEF.get(language)
         if pattern is not None:
@@ -144,6 +148,32 @@ def _blocks(lines: list[str], language: str) -> list[_Block]:
     return blocks
 
 
+def _rst_sections(lines: list[str]) -> list[tuple[int, str]]:
+    """(first line, heading path) of every reStructuredText section.
+
+    A title is a line at column 0 underlined (and maybe overlined) by one repeated punctuation
+    character at least as long as it; levels follow the order in which adornment styles first
+    appear, as docutils assigns them.
+    """
+    out: list[tuple[int, str]] = []
+    styles: list[tuple[str, bool]] = []
+    path: list[tuple[int, str]] = []
+    for i in range(1, len(lines)):
+        under, title = lines[i].rstrip("\r\n"), lines[i - 1].rstrip("\r\n")
+        if not (_RST_ADORNMENT.match(under) and title.strip() and not title[0].isspace()):
+            continue
+        if _RST_ADORNMENT.match(title) or len(under.rstrip()) < len(title.rstrip()):
+            continue
+        over = i >= 2 and lines[i - 2].rstrip("\r\n") == under
+        style = (under[0], over)
+        if style not in styles:
+            styles.append(style)
+        level = styles.index(style) + 1
+        path = [(lv, t) for lv, t in path if lv < level] + [(level, title.strip())]
+        out.append((i - 2 if over else i - 1, " > ".join(t for _, t in path)))
+    return out
+
+
 def _split_block(lines: list[str], block: _Block, max_chars: int, overlap: int) -> list[tuple[int, int]]:
     """Split an over-long block into line ranges of at most max_chars, preferring blank lines."""
     out: list[tuple[int, int]] = []
@@ -166,8 +196,14 @@ def _split_block(lines: list[str], block: _Block, max_chars: int, overlap: int) 
     return out
 
 
-def _bare_heading(lines: list[str]) -> bool:
-    """True when a markdown block is only headings and blank lines (no body of its own)."""
+def _bare_heading(lines: list[str], language: str) -> bool:
+    """True when a markdown/reST block is only headings and blank lines (no body of its own)."""
+    if language == "rst":
+        text = [line for line in lines if line.strip()]
+        return all(
+            _RST_ADORNMENT.match(line) or (k + 1 < len(text) and _RST_ADORNMENT.match(text[k + 1]))
+            for k, line in enumerate(text)
+        )
     return all(not line.strip() or _HEADING.match(line) for line in lines)
 
 
@@ -209,8 +245,8 @@ def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int =
             and pending.scope == block.scope
             and offsets[block.end] - offsets[pending.start] <= max_chars
         )
-        if pending and fits and language == "markdown":
-            fits = _bare_heading(lines[pending.start : pending.end])
+        if pending and fits and language in ("markdown", "rst"):
+            fits = _bare_heading(lines[pending.start : pending.end], language)
             if fits:
                 pending.title = block.title
         if pending and fits:

@@ -228,3 +228,29 @@ def test_any_python_text_chunks_exactly_within_the_cap(fragments, cap):
     for c in chunks:
         covered.update(range(c.line_start, c.line_end + 1))
     assert all(n in covered for n, line in enumerate(text.splitlines(), 1) if line.strip())
+
+
+RST = (
+    "==========\nUser Guide\n==========\n\nIntro text.\n\n"
+    "Options\n=======\n\n" + "Options are named parameters.\n" * 30 + "\n"
+    "Boolean Flags\n-------------\n\n" + "A flag is on or off.\n" * 30 + "\n"
+    "Example::\n\n    not a title\n    ===========\n\n"
+    "Arguments\n=======\n\n" + "Positional values.\n" * 20
+)
+
+
+def test_rst_sections_are_chunks_titled_with_their_heading_path():
+    chunks = chunk_text(RST, "docs/guide.rst", max_chars=700)
+    titles = [c.section_title for c in chunks]
+    assert "User Guide > Options" in titles
+    assert "User Guide > Options > Boolean Flags" in titles
+    flag = next(c for c in chunks if c.section_title.endswith("Boolean Flags"))
+    assert flag.text.startswith("Boolean Flags\n-------------")
+    _assert_exact(RST, chunks)
+
+
+def test_rst_underline_shorter_than_its_title_or_indented_is_not_a_heading():
+    chunks = chunk_text(RST, "docs/guide.rst", max_chars=700)
+    titles = {c.section_title for c in chunks}
+    assert not any("Arguments" in t for t in titles)  # "=======" is shorter than "Arguments"
+    assert not any("not a title" in t for t in titles)  # inside an indented literal block
