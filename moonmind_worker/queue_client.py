@@ -140,14 +140,21 @@ def celery_message(task: str, task_id: str, kwargs: dict[str, Any], queue: str, 
         "origin": f"moonmind-cli@{socket.gethostname()}:{os.getpid()}", "ignore_result": False,
         "replaced_task_nesting": 0, "stamped_headers": None, "stamps": {},
     }
+    return kombu_message(body, headers=headers, exchange="", routing_key=queue,
+                         properties={"correlation_id": task_id, "reply_to": ""})
+
+
+def kombu_message(body: str, *, headers: dict[str, Any], exchange: str, routing_key: str,
+                  properties: dict[str, Any] | None = None) -> bytes:
+    """A JSON message as kombu's Redis transport stores it on a queue list (body base64-encoded)."""
     message = {
         "body": base64.b64encode(body.encode()).decode(),
         "content-encoding": "utf-8",
         "content-type": "application/json",
         "headers": headers,
         "properties": {
-            "correlation_id": task_id, "reply_to": "", "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0,
+            **(properties or {}), "delivery_mode": 2,
+            "delivery_info": {"exchange": exchange, "routing_key": routing_key}, "priority": 0,
             "body_encoding": "base64", "delivery_tag": str(uuid.uuid4()),
         },
     }

@@ -149,3 +149,29 @@ def test_a_dead_broker_does_not_break_or_change_a_sync_search(indexed, cli):
     assert r.code == 0 and clean.code == 0
     assert r.stdout == clean.stdout and "auth/tokens.py" in r.stdout
     assert elapsed < 30
+
+
+def test_a_wildcard_binding_receives_events_from_a_process_that_never_imported_kombu(env, tmp_path):
+    """The Redis path speaks kombu's topic-exchange delivery itself: a kombu consumer gets the event."""
+    import subprocess
+    import sys
+
+    from kombu import Connection
+
+    with Connection(BROKER) as conn:
+        bound = _bound_queue(conn, "*.doctor_failed")
+        try:
+            code = (
+                "import sys; from moonmind_worker import events; "
+                "events.publish('doctor_failed', check='qdrant'); events.publish('job_rag_finished'); "
+                "print(sorted(m for m in ('kombu', 'redis') if m in sys.modules))"
+            )
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                                 env={**env, "CELERY_BROKER_URL": BROKER}, cwd=tmp_path)
+            assert out.stdout.strip() == "[]", out.stderr
+            msg = _get(bound)
+            assert msg is not None and msg.payload["event"] == "doctor_failed" and msg.payload["check"] == "qdrant"
+            assert msg.delivery_info["routing_key"] == "rag.doctor_failed"
+            assert _get(bound, 0.3) is None  # rag.job_rag_finished does not match *.doctor_failed
+        finally:
+            bound.delete()
