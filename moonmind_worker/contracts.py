@@ -330,3 +330,5 @@ class OverlayCleanResult(BaseModel):
     removed: int
     run_id: str | None
     expired: bool
+    #: runs whose cached packs the beat sweep deleted (observe.prune_artifacts)
+    artifacts_pruned: int = 0

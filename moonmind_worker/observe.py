@@ -262,6 +262,39 @@ def record_pack(pack: Any, settings: Any = None) -> Path | None:
     return written
 
 
+def prune_artifacts(settings: Any = None, now: float | None = None) -> int:
+    """Delete the cached packs of runs with no search for MOONMIND_ARTIFACTS_RETENTION_DAYS (0 keeps all).
+
+    Why: every search caches its pack, so a long-lived worker host would fill its disk. A run
+    goes as a whole (never half of a "Context used" list) once its breadcrumb file, appended
+    by every search of the run, is older than the window. Directories without a breadcrumb
+    file or packs directory are not ours and are left alone. Returns the runs removed.
+    """
+    import shutil
+
+    settings = _settings(settings)
+    root: Path = settings.artifacts_root
+    if not settings.artifacts_retention_days or not root.is_dir():
+        return 0
+    cutoff = (time.time() if now is None else now) - settings.artifacts_retention_days * 86400
+    removed = 0
+    for run_dir in root.iterdir():
+        if run_dir.is_symlink() or not run_dir.is_dir():
+            continue
+        marks = [p for p in (run_dir / BREADCRUMBS_FILE, run_dir / PACKS_DIR) if p.exists()]
+        if not marks:
+            continue
+        try:
+            last = max(p.stat().st_mtime for p in marks)
+        except OSError:
+            continue  # removed meanwhile
+        if last < cutoff:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            _made_dirs.discard(run_dir / PACKS_DIR)
+            removed += 1
+    return removed
+
+
 def list_packs(run_id: str | None, settings: Any = None) -> list[dict[str, Any]]:
     """Summaries of the packs cached for a run, oldest first (telemetry ids sort by time)."""
     out = []

@@ -273,6 +273,7 @@ class Settings:
     statsd_port: int = setting("STATSD_PORT", default=8125, parse=integer(gt=0, lt=65536))
     statsd_prefix: str = setting("STATSD_PREFIX", default="moonmind", parse=text())
     artifacts_dir: Path | None = setting("MOONMIND_ARTIFACTS_DIR", parse=path, blank_is_unset=True)
+    artifacts_retention_days: float = setting("MOONMIND_ARTIFACTS_RETENTION_DAYS", default=30.0, parse=number(ge=0))
 
     def __init__(self, _env_file: str | Path | None = ".env", **values: Any) -> None:
         env = _environment(_env_file)

@@ -9,6 +9,7 @@ OpenAI embeddings protocol.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 import uuid
@@ -387,6 +388,25 @@ def test_rag_packs_lists_the_packs_of_a_run_in_order(mm, mm_indexed):
     assert listed[0]["query"] == "bearer token" and listed[0]["sources"][0].startswith("auth/tokens.py#L")
     text = mm("rag", "packs", extra_env=env)
     assert text.code == 0 and ids[0] in text.stdout and ids[1] in text.stdout
+
+
+def test_packs_of_runs_idle_past_retention_are_pruned_whole_and_others_kept(mm, mm_indexed, tmp_path):
+    art = tmp_path / "arts"
+    base = {**SCOPE, "MOONMIND_ARTIFACTS_DIR": str(art), "MOONMIND_ARTIFACTS_RETENTION_DAYS": "7"}
+    for run in ("old-run", "fresh-run"):
+        assert mm("rag", "search", "--query", "pool", "--json", extra_env={**base, "MOONMIND_RUN_ID": run}).code == 0
+    stranger = art / "not-a-run"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("kept: not a run directory")
+    ten_days_ago = time.time() - 10 * 86400
+    for p in [art / "old-run", *(art / "old-run").rglob("*"), stranger, stranger / "notes.txt"]:
+        os.utime(p, (ten_days_ago, ten_days_ago))
+    r = mm("rag", "packs", "--prune", "--json", extra_env=base)
+    assert r.code == 0 and r.json() == {"runs_pruned": 1, "retention_days": 7.0}
+    assert not (art / "old-run").exists() and (stranger / "notes.txt").exists()
+    assert mm("rag", "packs", "--run-id", "fresh-run", "--json", extra_env=base).json()  # still listed
+    off = mm("rag", "packs", "--prune", extra_env={**base, "MOONMIND_ARTIFACTS_RETENTION_DAYS": "0"})
+    assert off.code == 0 and "nothing pruned" in off.stdout and (art / "fresh-run").exists()
 
 
 def test_rag_packs_for_an_unknown_run_is_empty_not_an_error(mm):

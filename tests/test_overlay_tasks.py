@@ -133,11 +133,17 @@ def test_the_beat_sweep_removes_expired_overlays_only(indexed, app_queues, tmp_p
     live = store.count(Where(must=(Match("run_id", "run-live"),)))
     old = store.count(Where(must=(Match("run_id", "run-old"),)))
     assert old > 0 and live > 0
+    stale_run = settings.artifacts_root / "run-long-gone"  # packs past the 30-day default retention
+    stale_run.mkdir(parents=True)
+    (stale_run / "breadcrumbs.jsonl").write_text("{}\n")
+    month_ago = time.time() - 40 * 86400
+    os.utime(stale_run / "breadcrumbs.jsonl", (month_ago, month_ago))
     time.sleep(1.2)
     entry = app.conf.beat_schedule[SWEEP_SCHEDULE_NAME]
     with start_worker(app, pool="solo", perform_ping_check=False, queues=[iq], shutdown_timeout=10):
         result = app.send_task(entry["task"], **entry.get("options", {})).get(timeout=60)
-    assert result == {"removed": old, "run_id": None, "expired": True}
+    assert result == {"removed": old, "run_id": None, "expired": True, "artifacts_pruned": 1}
+    assert not stale_run.exists()
     assert store.count(Where(must=(Match("run_id", "run-old"),))) == 0
     assert store.count(Where(must=(Match("run_id", "run-live"),))) == live
     assert store.count(Where(must=(Match("trust_class", "canonical"),))) == canonical
