@@ -581,8 +581,6 @@ def _fields(fields: Sequence[str] | bool) -> list[str] | bool:
     return fields if isinstance(fields, bool) else list(fields)
 
 
-
-
 def _edge_filter(where: Where | None):
     from qdrant_edge import FieldCondition, Filter, MatchAny as EMatchAny, MatchValue, RangeFloat
 
