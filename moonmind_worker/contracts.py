@@ -330,5 +330,9 @@ class OverlayCleanResult(BaseModel):
     removed: int
     run_id: str | None
     expired: bool
-    #: runs whose cached packs the beat sweep deleted (observe.prune_artifacts)
-    artifacts_pruned: int = 0
+
+
+class SweepResult(OverlayCleanResult):
+    """The beat sweep: expired overlay points removed, and runs whose cached packs passed retention."""
+
+    artifacts_pruned: int

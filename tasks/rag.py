@@ -147,12 +147,12 @@ def overlay_clean(self, request: dict) -> dict:
 @app.task(name=queue_client.SWEEP, bind=True, soft_time_limit=120, time_limit=150, **WRITE_OPTIONS)
 def sweep_expired_overlays(self) -> dict:
     """The beat job: remove every expired overlay point (never a live one), and cached packs past retention."""
+    from moonmind_worker.contracts import SweepResult
     from moonmind_worker.observe import prune_artifacts
     from moonmind_worker.settings import get_settings
 
-    result = _clean(self, {"run_id": None, "expired": True})
-    result["artifacts_pruned"] = prune_artifacts(get_settings())
-    return result
+    removed = _clean(self, {"run_id": None, "expired": True})
+    return SweepResult(**removed, artifacts_pruned=prune_artifacts(get_settings())).model_dump(mode="json")
 
 
 def _clean(task, request: dict) -> dict:
