@@ -63,17 +63,25 @@ def moonmind() -> str:
 
 
 def parse_wrk(out: str) -> dict:
+    """wrk's summary as numbers; a clear error (with wrk's output) when it is not what was expected."""
+
+    def find(pattern: str) -> str:
+        m = re.search(pattern, out)
+        if m is None:
+            raise RuntimeError(f"unexpected wrk output (no match for {pattern!r}):\n{out}")
+        return m.group(1)
+
     def ms(v: str) -> float:
-        m = re.match(r"([\d.]+)(us|ms|s|m)", v)
+        m = re.match(r"([\d.]+)(us|ms|s|m)$", v)
+        if m is None:
+            raise RuntimeError(f"unexpected wrk latency {v!r}:\n{out}")
         n, unit = float(m.group(1)), m.group(2)
         return {"us": n / 1000, "ms": n, "s": n * 1000, "m": n * 60000}[unit]
 
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p50 = ms(re.search(r"50%\s+(\S+)", out).group(1))
-    p99 = ms(re.search(r"99%\s+(\S+)", out).group(1))
-    total = int(re.search(r"(\d+) requests in", out).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": rps, "p50_ms": p50, "p99_ms": p99, "requests": total, "non_2xx": int(non2xx.group(1)) if non2xx else 0}
+    return {"rps": float(find(r"Requests/sec:\s+([\d.]+)")), "p50_ms": ms(find(r"50%\s+(\S+)")),
+            "p99_ms": ms(find(r"99%\s+(\S+)")), "requests": int(find(r"(\d+) requests in")),
+            "non_2xx": int(non2xx.group(1)) if non2xx else 0}
 
 
 LUA = """
