@@ -204,8 +204,7 @@ def index_repository(
     store.delete_ids(gone)
     summary.chunks_deleted += len(gone)
     store.set_metadata(last_indexed_at=time.time())
-    if summary.chunks_written or summary.chunks_deleted:
-        store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
+    store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
     store.flush()
     summary.seconds = time.perf_counter() - started
     return summary
