@@ -285,6 +285,8 @@ class IndexReport(BaseModel):
     chunks_deleted: int
     skipped: list[SkippedFile]
     seconds: float
+    #: every file was chunked again: the chunking recipe changed since this repo's last run
+    rechunked: bool = False
     line: str  # the one-line human summary
 
 

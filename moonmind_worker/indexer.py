@@ -41,6 +41,7 @@ class IndexSummary:
     chunks_deleted: int = 0
     skipped: list[Skipped] = field(default_factory=list)
     seconds: float = 0.0
+    rechunked: bool = False
 
     def report(self):
         """The wire form (contracts.IndexReport) every entry point prints from."""
@@ -56,7 +57,19 @@ class IndexSummary:
             f"indexed repo={self.repo} tenant={self.tenant}: {self.files_seen} files "
             f"({self.files_indexed} changed, {self.files_unchanged} unchanged, {self.files_deleted} deleted), "
             f"{self.chunks_written} chunks written ({rate:.0f}/s), {len(self.skipped)} skipped, {self.seconds:.2f}s"
+            + ("; every file re-chunked (chunking changed since the last run)" if self.rechunked else "")
         )
+
+
+#: Bumped whenever chunk boundaries, or what is embedded and BM25-indexed per chunk, change:
+#: the next index run then re-chunks files it would otherwise skip as unchanged.
+#: 2: tree-sitter definitions and reStructuredText sections.
+CHUNK_RECIPE_VERSION = 2
+
+
+def chunk_recipe(settings: Settings) -> str:
+    """What decides a file's chunks besides its content: the chunker and its size settings."""
+    return f"v{CHUNK_RECIPE_VERSION}:{settings.chunk_chars}:{settings.chunk_overlap_lines}"
 
 
 def point_id(tenant: str, repo: str, path: str, sequence: int, trust_class: str = CANONICAL, run_id: str = "") -> str:
@@ -145,8 +158,13 @@ def index_repository(
 ) -> IndexSummary:
     started = time.perf_counter()
     summary = IndexSummary(repo=repo, tenant=tenant)
-    if check_collection(store, embedder, must_exist=False) is None:
+    info = check_collection(store, embedder, must_exist=False)
+    if info is None:
         store.create(embedder.dimensions, embedder.name, PAYLOAD_SCHEMA_VERSION)
+    # per repo: a file unchanged since it was chunked another way is chunked again
+    recipes = dict((info.extra.get("chunk_recipes") if info else None) or {})
+    recipe, scope_key = chunk_recipe(settings), f"{tenant}/{repo}"
+    rechunk = recipes.get(scope_key) != recipe
 
     # what is stored now: path -> (content hash, ids)
     stored: dict[str, tuple[str, set[str]]] = {}
@@ -184,8 +202,10 @@ def index_repository(
         fhash = content_hash(text)
         old = stored.pop(rel, None)
         if old is not None and old[0] == fhash:
-            summary.files_unchanged += 1
-            continue
+            if not rechunk:
+                summary.files_unchanged += 1
+                continue
+            summary.rechunked = True
         chunks = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines)
         if not chunks and old is None:
             summary.skipped.append(Skipped(rel, "no text to index"))
@@ -203,7 +223,8 @@ def index_repository(
     summary.files_deleted = len(stored)
     store.delete_ids(gone)
     summary.chunks_deleted += len(gone)
-    store.set_metadata(last_indexed_at=time.time())
+    recipes[scope_key] = recipe
+    store.set_metadata(last_indexed_at=time.time(), chunk_recipes=recipes)
     store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
     store.flush()
     summary.seconds = time.perf_counter() - started

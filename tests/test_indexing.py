@@ -34,6 +34,21 @@ def test_unchanged_tree_re_embeds_nothing(cli, repo):
     assert again["files_indexed"] == again["chunks_written"] == again["chunks_deleted"] == 0
 
 
+def test_changed_chunk_size_re_chunks_unchanged_files_once(cli, repo):
+    first = _index(cli, repo)
+    assert first["rechunked"] is False  # a new repo is not a re-chunk
+    small = _index(cli, repo, extra_env={"MOONMIND_CHUNK_CHARS": "200"})
+    assert small["rechunked"] is True
+    assert small["files_indexed"] == first["files_indexed"] and small["files_unchanged"] == 0
+    stored = sum(len(f["chunks"]) if isinstance(f.get("chunks"), list) else f["chunks"] for f in
+                 cli("rag", "stats", "--repo", "demo", "--tenant", "acme", "--json").json()["files"])
+    assert stored == small["chunks_written"] > first["chunks_written"]  # no chunk of the old cut is left
+    again = _index(cli, repo, extra_env={"MOONMIND_CHUNK_CHARS": "200"})
+    assert again["rechunked"] is False and again["files_indexed"] == 0
+    text = cli("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", extra_env={"MOONMIND_CHUNK_CHARS": "300"})
+    assert text.code == 0 and "every file re-chunked (chunking changed since the last run)" in text.stdout
+
+
 def test_modified_file_alone_is_re_embedded(cli, repo):
     _index(cli, repo)
     (repo / "db/pool.py").write_text("def drain_pool(pool):\n    \"\"\"Close every idle connection.\"\"\"\n    pool.clear()\n")
