@@ -489,6 +489,6 @@ def test_a_gateway_search_is_cached_with_the_workers_run_not_on_the_gateway(worl
     assert not list((world.gateway_home / "artifacts").rglob(f"{pack_id}.json"))
 
 
-def test_serve_refuses_a_concurrency_outside_its_range(world, tmp_path):
+def test_serve_refuses_a_concurrency_outside_its_range(tmp_path):
     r = run_cli("gateway", "serve", "--port", "0", "--concurrency", "0", env=clean_env(tmp_path))
     assert r.returncode == 2 and "--concurrency 0 is outside 1-256" in r.stderr and "Traceback" not in r.stderr
