@@ -214,6 +214,7 @@ class Settings:
     qdrant_timeout_s: float = setting("QDRANT_TIMEOUT_S", default=5.0, parse=number())
     moonmind_home: Path = setting("MOONMIND_HOME", default="~/.moonmind", parse=path)
     collection: str = setting("MOONMIND_COLLECTION", "QDRANT_COLLECTION", default="moonmind__repo", parse=text())
+    store_wait_s: float = setting("MOONMIND_STORE_WAIT_S", default=3.0, parse=number(ge=0, le=600))
 
     # --- embedding -------------------------------------------------------
     embedding_provider: EmbeddingProvider = setting(

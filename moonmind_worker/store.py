@@ -171,7 +171,7 @@ def open_store(settings: Settings, collection: str | None = None) -> Store:
     """The configured store: Qdrant Edge when QDRANT_URL is unset, qdrant-client otherwise."""
     name = collection or settings.collection
     if settings.embedded_store:
-        return EdgeStore(settings.data_dir, name)
+        return EdgeStore(settings.data_dir, name, wait_s=settings.store_wait_s)
     return QdrantClientStore(settings, name)
 
 
@@ -181,10 +181,11 @@ def open_store(settings: Settings, collection: str | None = None) -> Store:
 class EdgeStore:
     """The Qdrant engine in-process, persistent under MOONMIND_HOME; one owning process at a time."""
 
-    def __init__(self, root: Path, collection: str) -> None:
+    def __init__(self, root: Path, collection: str, wait_s: float = 0.0) -> None:
         import qdrant_edge  # noqa: F401 - fail here, not mid-query, when the engine is missing
 
         self.collection = collection
+        self.wait_s = wait_s  # how long to wait for another process's hold to end (see _acquire)
         self.dir = Path(root) / collection
         self._shard = None
         self._lock_fd: int | None = None
@@ -198,23 +199,34 @@ class EdgeStore:
         self._generation = 0
 
     # -- ownership --------------------------------------------------------
-    def _acquire(self) -> None:
+    def _acquire(self, wait_s: float | None = None) -> None:
         import fcntl
 
         if self._lock_fd is not None:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.dir / "owner.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise MoonmindError(
-                "store_busy",
-                f"The embedded store {self.dir} is in use by PID {pid}.",
-                "Run searches through the worker (--execution queue) or point QDRANT_URL at a Qdrant server.",
-            ) from None
+        # Why wait: an agent's parallel `rag search` calls each hold the store for a fraction of
+        # a second, so the second simply queues behind the first. A worker or gateway holds it
+        # for good, and then the wait ends in the clear error below.
+        wait_s = self.wait_s if wait_s is None else wait_s
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                waited = f" (waited {wait_s:g} s)" if wait_s else ""
+                raise MoonmindError(
+                    "store_busy",
+                    f"The embedded store {self.dir} is in use by PID {pid}{waited}.",
+                    "Run searches through the worker (--execution queue) or point QDRANT_URL at a Qdrant server.",
+                ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
@@ -521,7 +533,7 @@ class EdgeStore:
 
     def sibling(self, name: str) -> "EdgeStore":
         """Another collection beside this one (a sync target): its own directory and lock."""
-        return EdgeStore(self.dir.parent, name)
+        return EdgeStore(self.dir.parent, name, wait_s=self.wait_s)
 
     def release(self) -> None:
         """Let other processes use the store (searches keep working while a sync embeds)."""
@@ -529,15 +541,7 @@ class EdgeStore:
 
     def switch_alias(self, target: str, wait_s: float = 30.0) -> str | None:
         """Point this name at `target` with one atomic rename of meta.json; the old physical name, or None."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                self._acquire()
-                break
-            except MoonmindError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        self._acquire(wait_s)
         if self._shard is not None:
             self._shard.flush()
             self._shard.close()

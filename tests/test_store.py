@@ -239,12 +239,13 @@ def test_second_process_on_a_busy_embedded_store_gets_store_busy(cli, indexed, h
     holder = EdgeStore(home / "qdrant-edge", "moonmind__repo")
     try:
         assert holder.count() > 0  # this process now owns the store
-        r = cli("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--json")
+        r = cli("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--json",
+                extra_env={"MOONMIND_STORE_WAIT_S": "0.3"})
         assert r.code == 3 and r.stdout == ""
         assert "Traceback" not in r.stderr
         err = r.error()
         assert err["code"] == "store_busy"
-        assert f"in use by PID {os.getpid()}" in err["message"]
+        assert f"in use by PID {os.getpid()} (waited 0.3 s)" in err["message"]
         assert "QDRANT_URL" in err["action"]
         r = cli("rag", "index", str(indexed), "--repo", "demo")
         assert r.code == 3 and "store_busy" in r.stderr and "Traceback" not in r.stderr
@@ -292,3 +293,18 @@ def test_a_warm_store_returns_the_payload_of_the_latest_write(filled):
     again = filled.search([_dense(limit=5, fields=("path", "n"))])[0]
     by_n = {h.payload["n"]: h.payload["path"] for h in again}
     assert by_n[0] == "moved.py" and 1 not in by_n
+
+
+def test_a_search_waits_for_a_short_hold_of_the_embedded_store(cli, indexed, home):
+    import threading
+
+    holder = EdgeStore(home / "qdrant-edge", "moonmind__repo")
+    assert holder.count() > 0  # this process owns the store ...
+    release = threading.Timer(0.8, holder.close)  # ... for 0.8 s, like a parallel `rag search`
+    release.start()
+    try:
+        r = cli("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--json",
+                extra_env={"MOONMIND_STORE_WAIT_S": "20"})
+    finally:
+        release.join()
+    assert r.code == 0 and r.json()["items"], r.stderr
