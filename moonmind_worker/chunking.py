@@ -54,6 +54,8 @@ _DEF["swift"] = re.compile(r"^(?:(?:public|private|internal|open|final)\s+)*(?:f
 
 _DECORATOR = re.compile(r"^@")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+#: a reStructuredText hyperlink target naming the section below it (`.. _options:`)
+_RST_LABEL = re.compile(r"^\.\. _[^:]+:\s*$")
 #: a reStructuredText section adornment: one punctuation character repeated (under, maybe over, a title)
 _RST_ADORNMENT = re.compile(r"^([=\-~^\"'`#*+:._<>!$%&,;?@\\/|])\1{2,}\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -170,7 +172,14 @@ def _rst_sections(lines: list[str]) -> list[tuple[int, str]]:
             styles.append(style)
         level = styles.index(style) + 1
         path = [(lv, t) for lv, t in path if lv < level] + [(level, title.strip())]
-        out.append((i - 2 if over else i - 1, " > ".join(t for _, t in path)))
+        start = i - 2 if over else i - 1
+        back = start  # a label right above the title (`.. _options:`) names this section: keep them together
+        while back > 0 and (not lines[back - 1].strip() or _RST_LABEL.match(lines[back - 1])):
+            back -= 1
+        labels = [j for j in range(back, start) if _RST_LABEL.match(lines[j])]
+        if labels:
+            start = labels[0]
+        out.append((start, " > ".join(t for _, t in path)))
     return out
 
 
@@ -197,11 +206,12 @@ def _split_block(lines: list[str], block: _Block, max_chars: int, overlap: int) 
 
 
 def _bare_heading(lines: list[str], language: str) -> bool:
-    """True when a markdown/reST block is only headings and blank lines (no body of its own)."""
+    """True when a markdown/reST block is only headings (and reST labels) and blank lines: no body of its own."""
     if language == "rst":
         text = [line for line in lines if line.strip()]
         return all(
-            _RST_ADORNMENT.match(line) or (k + 1 < len(text) and _RST_ADORNMENT.match(text[k + 1]))
+            _RST_ADORNMENT.match(line) or _RST_LABEL.match(line)
+            or (k + 1 < len(text) and _RST_ADORNMENT.match(text[k + 1]))
             for k, line in enumerate(text)
         )
     return all(not line.strip() or _HEADING.match(line) for line in lines)

@@ -254,3 +254,13 @@ def test_rst_underline_shorter_than_its_title_or_indented_is_not_a_heading():
     titles = {c.section_title for c in chunks}
     assert not any("Arguments" in t for t in titles)  # "=======" is shorter than "Arguments"
     assert not any("not a title" in t for t in titles)  # inside an indented literal block
+
+
+def test_rst_label_above_a_title_stays_with_its_section():
+    text = ".. _guide:\n\nGuide\n=====\n\nIntro.\n\n.. _flags:\n\nFlags\n-----\n\n" + "A flag is on or off.\n" * 40
+    chunks = chunk_text(text, "docs/guide.rst", max_chars=400)
+    assert chunks[0].text.startswith(".. _guide:\n\nGuide\n=====") and chunks[0].section_title == "Guide"
+    flags = next(c for c in chunks if c.section_title == "Guide > Flags")
+    assert flags.text.startswith(".. _flags:\n\nFlags\n-----")
+    assert not any(c.text.strip() in (".. _guide:", ".. _flags:") for c in chunks)  # no label-only chunk
+    _assert_exact(text, chunks)
