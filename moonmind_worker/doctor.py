@@ -78,15 +78,6 @@ def _retrieval_token(settings: Settings) -> str | None:
     return (token.get_secret_value() or None) if token is not None else None
 
 
-def _configured_broker(settings: Settings) -> str | None:
-    """CELERY_BROKER_URL when set anywhere Settings reads (environment, `.env`, keyword), else None.
-
-    Why not the default URL: a worker with no broker configured does not need one
-    for retrieval, so the doctor does not probe localhost:6379 on its behalf.
-    """
-    return settings.celery_broker_url if "celery_broker_url" in settings.model_fields_set else None
-
-
 def describe_store(settings: Settings) -> str:
     """Where the vectors live, never with credentials."""
     if settings.embedded_store:
@@ -287,7 +278,7 @@ def run_checks(settings: Settings) -> DoctorReport:
             c.required = not gw.ok and fallback
         checks.append(gw)
     checks.extend(direct)
-    broker = _configured_broker(settings)
+    broker = settings.configured_broker
     if broker:
         checks.append(_broker_check(broker))
     if settings.statsd_host:

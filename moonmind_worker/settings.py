@@ -335,17 +335,20 @@ class Settings:
         return self.celery_result_backend or self.celery_broker_url
 
     @property
-    def events_broker(self) -> str | None:
-        """Where queue events go: MOONMIND_EVENTS_URL, else an explicitly configured CELERY_BROKER_URL, else nowhere.
+    def configured_broker(self) -> str | None:
+        """CELERY_BROKER_URL when set anywhere settings are read (environment, `.env`, keyword), else None.
 
-        Why not the default broker URL: a laptop CLI with no broker configured must not
-        try to reach localhost:6379 on every search; events are then a no-op.
+        Why not the default URL: a laptop CLI with no broker configured must not try to reach
+        localhost:6379 (for events, or in the doctor's checks) on its behalf.
         """
+        return self.celery_broker_url if "celery_broker_url" in self.model_fields_set else None
+
+    @property
+    def events_broker(self) -> str | None:
+        """Where queue events go: MOONMIND_EVENTS_URL, else the configured broker, else nowhere (a no-op)."""
         if self.events_url is not None:
             return None if self.events_url.strip().lower() in ("", "none", "off") else self.events_url
-        if "celery_broker_url" in self.model_fields_set:
-            return self.celery_broker_url
-        return None
+        return self.configured_broker
 
     @property
     def model_name(self) -> str:
