@@ -66,7 +66,7 @@ def parse_wrk(out: str) -> dict:
     """wrk's summary as numbers; a clear error (with wrk's output) when it is not what was expected."""
 
     def find(pattern: str) -> str:
-        m = re.search(pattern, out)
+        m = re.search(pattern, out, re.M)
         if m is None:
             raise RuntimeError(f"unexpected wrk output (no match for {pattern!r}):\n{out}")
         return m.group(1)
@@ -79,8 +79,8 @@ def parse_wrk(out: str) -> dict:
         return {"us": n / 1000, "ms": n, "s": n * 1000, "m": n * 60000}[unit]
 
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": float(find(r"Requests/sec:\s+([\d.]+)")), "p50_ms": ms(find(r"50%\s+(\S+)")),
-            "p99_ms": ms(find(r"99%\s+(\S+)")), "requests": int(find(r"(\d+) requests in")),
+    return {"rps": float(find(r"Requests/sec:\s+([\d.]+)")), "p50_ms": ms(find(r"^\s+50%\s+(\S+)")),
+            "p99_ms": ms(find(r"^\s+99%\s+(\S+)")), "requests": int(find(r"(\d+) requests in")),
             "non_2xx": int(non2xx.group(1)) if non2xx else 0}
 
 

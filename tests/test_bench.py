@@ -40,3 +40,25 @@ def test_quick_benchmark_runs_every_stage_and_keeps_other_sections(tmp_path):
     write_section(out, f"{BEGIN}\nnew run\n{END}\n")  # a later run replaces the section, never appends
     again = out.read_text()
     assert again.count(BEGIN) == 1 and "new run" in again and "kept as is" in again
+
+
+WRK_OUT_32 = """Running 10s test @ http://127.0.0.1:50615
+  2 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   121.59ms    8.28ms 169.29ms   95.03%
+    Req/Sec   131.16     27.31   161.00     46.50%
+  Latency Distribution
+     50%  120.96ms
+     75%  122.74ms
+     90%  126.08ms
+     99%  157.56ms
+  2617 requests in 10.02s, 72.41MB read
+Requests/sec:    261.26
+Transfer/sec:      7.23MB
+"""
+
+
+def test_wrk_summary_is_read_from_the_distribution_not_from_a_stdev_column_ending_in_50_percent():
+    from bench.gateway_bench import parse_wrk
+
+    assert parse_wrk(WRK_OUT_32) == {"rps": 261.26, "p50_ms": 120.96, "p99_ms": 157.56, "requests": 2617, "non_2xx": 0}
