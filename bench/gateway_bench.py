@@ -5,7 +5,7 @@ the offline model into a scratch MOONMIND_HOME, starts `moonmind gateway serve` 
 port, and drives POST /retrieval/context with `wrk` (Debian package) using a rotating set of queries.
 Bounded: the index is built once and cached under --work; each level runs --duration seconds.
 
-    python bench/gateway_bench.py --work /tmp/mm-bench --duration 15
+    python bench/gateway_bench.py --work /tmp/mm-bench --duration 15 [--workers 1]
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=1800)
     ap.add_argument("--duration", type=int, default=15)
     ap.add_argument("--levels", default="1,8,32")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="gateway processes (default: one per core)")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk not found: apt-get install -y wrk")
@@ -120,7 +121,7 @@ def main() -> int:
     token = subprocess.run([moonmind(), "gateway", "add-token", "--name", "bench", "--repo", "bench", "--tenant", "acme"],
                            env=env, capture_output=True, text=True, check=True).stdout.strip()
     port = free_port()
-    proc = subprocess.Popen([moonmind(), "gateway", "serve", "--port", str(port)], env=env,
+    proc = subprocess.Popen([moonmind(), "gateway", "serve", "--port", str(port), "--workers", str(args.workers)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -134,7 +135,7 @@ def main() -> int:
                 time.sleep(0.2)
         script = work / "post.lua"
         script.write_text(LUA % (", ".join(json.dumps(q) for q in QUERIES), token))
-        subprocess.run(["wrk", "-t1", "-c1", "-d3s", "-s", str(script), url], capture_output=True)  # warm-up
+        subprocess.run(["wrk", "-t1", "-c2", "-d3s", "-s", str(script), url], capture_output=True)  # warm-up, every worker
         results = {}
         for level in [int(x) for x in args.levels.split(",")]:
             threads = min(level, 2)
@@ -153,7 +154,7 @@ def main() -> int:
         chunks = sum(f["chunks"] for f in json.loads(stats.stdout)["files"]) if stats.returncode == 0 else None
     except ValueError:
         pass
-    print(json.dumps({"chunks": chunks, "loadavg_before": load_before, "levels": results, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    print(json.dumps({"chunks": chunks, "workers": args.workers, "loadavg_before": load_before, "levels": results, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                       "loadavg_after": os.getloadavg()}, indent=2))
     return 0
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import threading
 import time
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -36,8 +38,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import observe
 from .auth import TokenRegistry, authorize
 from .contracts import ContextPack, ErrorEnvelope, HealthStatus, RetrievalQuery, parse_query
-from .errors import MoonmindError, invalid_query
+from .errors import MoonmindError, invalid_query, redact
 from .settings import Settings, get_settings
+from .store import Store
 
 log = logging.getLogger("moonmind.gateway")
 
@@ -101,12 +104,16 @@ def default_concurrency(settings: Settings) -> int:
 
 
 def create_app(
-    settings: Settings | None = None, registry: TokenRegistry | None = None, concurrency: int | None = None
+    settings: Settings | None = None,
+    registry: TokenRegistry | None = None,
+    concurrency: int | None = None,
+    store: Store | None = None,
 ) -> FastAPI:
     """The gateway app. Reads the token file at creation (a broken file fails start-up, not requests).
 
     `concurrency` bounds simultaneous retrievals (default: `default_concurrency`); requests
     beyond it wait in the event loop, which stays free for health checks and new connections.
+    `store` replaces the configured one (a worker's replica, see `serve`); it is closed with the app.
     """
     from . import runtime
 
@@ -116,7 +123,7 @@ def create_app(
     health_lock = threading.Lock()
 
     def resources():
-        return runtime.get_embedder(settings), runtime.get_store(settings)
+        return runtime.get_embedder(settings), store or runtime.get_store(settings)
 
     retrievals = anyio.CapacityLimiter(concurrency or default_concurrency(settings))
 
@@ -134,6 +141,8 @@ def create_app(
                 pass
         yield
         runtime.close_all()
+        if store is not None:
+            store.close()
 
     app = FastAPI(
         title="MoonMind RetrievalGateway",
@@ -342,12 +351,95 @@ def _health(settings: Settings, resources) -> tuple[str | None, MoonmindError | 
         return "internal_error", _internal()
 
 
+#: Largest `serve --workers`: one per core is the point; far more only multiplies replicas.
+MAX_WORKERS = 64
+#: How `serve` hands its configuration to its worker processes (spawned, they read the environment).
+WORKER_ENV = "MOONMIND_GATEWAY_WORKER"
+#: Under MOONMIND_HOME: the workers' private copies of the embedded collection.
+REPLICAS_DIR = "gateway-replicas"
+
+
 def serve(
-    host: str, port: int, settings: Settings | None = None, access_log: bool = False, concurrency: int | None = None
+    host: str,
+    port: int,
+    settings: Settings | None = None,
+    access_log: bool = False,
+    concurrency: int | None = None,
+    workers: int = 1,
 ) -> None:
-    """Run the gateway with uvicorn until SIGINT/SIGTERM (SIGHUP reloads the token file)."""
+    """Run the gateway with uvicorn until SIGINT/SIGTERM (SIGHUP reloads the token file).
+
+    `workers` > 1 runs that many processes on one listening socket, so retrieval uses that
+    many cores (one process is bound to one: the retrieval is CPU work under the GIL).
+    """
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings, concurrency=concurrency)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log, lifespan="on")
+    settings = settings or get_settings()
+    if workers <= 1:
+        app = create_app(settings, concurrency=concurrency)
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log, lifespan="on")
+        return
+    _serve_workers(host, port, settings, access_log, concurrency, workers)
+
+
+def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, concurrency: int | None, workers: int) -> None:
+    """`workers` uvicorn processes; with the embedded store, each searches its own replica.
+
+    This process holds the embedded store for as long as it serves (as a one-process gateway
+    does), so no writer can change it and every replica answers exactly like the store.
+    """
+    import shutil
+
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    class Supervisor(Multiprocess):
+        def handle_hup(self) -> None:
+            """Reload tokens in place (each worker re-reads the file) instead of restarting workers."""
+            for process in self.processes:
+                if process.pid is not None:
+                    try:
+                        os.kill(process.pid, signal.SIGHUP)
+                    except ProcessLookupError:
+                        pass
+
+    TokenRegistry(settings.tokens_file)  # a missing or broken token file fails here, once, not in each worker
+    spec: dict[str, Any] = {"tokens_file": str(settings.tokens_file), "concurrency": concurrency}
+    held = None
+    if settings.embedded_store:
+        from .store import open_store
+
+        held = open_store(settings)
+        replicas = settings.moonmind_home / REPLICAS_DIR / settings.collection
+        spec |= {"source": str(held.hold()), "replicas": str(replicas)}
+    os.environ[WORKER_ENV] = json.dumps(spec)
+    config = uvicorn.Config(
+        f"{__name__}:worker_app", factory=True, host=host, port=port, workers=workers,
+        log_level="warning", access_log=access_log, lifespan="on",
+    )
+    try:
+        Supervisor(config, sockets=[config.bind_socket()]).run()
+    finally:
+        if held is not None:
+            shutil.rmtree(replicas, ignore_errors=True)
+            held.close()
+
+
+def worker_app() -> FastAPI:
+    """One process of `serve --workers N` (a uvicorn factory): the parent's settings, its own replica."""
+    spec = json.loads(os.environ[WORKER_ENV])
+    store = None
+    try:
+        settings = get_settings().model_copy(update={"gateway_tokens_file": Path(spec["tokens_file"])})
+        if "replicas" in spec:
+            from .store import open_replica
+
+            store = open_replica(Path(spec["source"]), Path(spec["replicas"]), settings.collection)
+        return create_app(settings, concurrency=spec["concurrency"], store=store)
+    except (MoonmindError, OSError) as err:  # e.g. the token file broke or the disk filled since start-up
+        if store is not None:
+            store.close()
+        message = f"[{err.code}] {err.message} {err.action}" if isinstance(err, MoonmindError) else redact(str(err))
+        log.error("gateway worker %d cannot start: %s", os.getpid(), message)
+        raise SystemExit(3) from None  # uvicorn's STARTUP_FAILURE: the supervisor stops instead of respawning

@@ -181,12 +181,13 @@ def open_store(settings: Settings, collection: str | None = None) -> Store:
 class EdgeStore:
     """The Qdrant engine in-process, persistent under MOONMIND_HOME; one owning process at a time."""
 
-    def __init__(self, root: Path, collection: str, wait_s: float = 0.0) -> None:
+    def __init__(self, root: Path, collection: str, wait_s: float = 0.0, scratch: Path | None = None) -> None:
         import qdrant_edge  # noqa: F401 - fail here, not mid-query, when the engine is missing
 
         self.collection = collection
         self.wait_s = wait_s  # how long to wait for another process's hold to end (see _acquire)
         self.dir = Path(root) / collection
+        self._scratch = scratch  # a replica's private directory, removed by close() (open_replica)
         self._shard = None
         self._lock_fd: int | None = None
         self._dirty = False  # a search-only session has nothing to flush (a flush costs fsyncs)
@@ -230,6 +231,14 @@ class EdgeStore:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
+
+    def hold(self) -> Path:
+        """Own the store without loading it (writers wait, then get store_busy); its data directory.
+
+        What `gateway serve --workers N` does while its workers search replicas of that directory.
+        """
+        self._acquire()
+        return self.data_dir
 
     @property
     def data_dir(self) -> Path:
@@ -576,6 +585,42 @@ class EdgeStore:
             os.close(self._lock_fd)
             self._lock_fd = None
         self._forget_cached()
+        if self._scratch is not None:
+            import shutil
+
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
+    """A private copy of a held collection's data directory (`EdgeStore.hold`), searched in this process.
+
+    Why a copy: Qdrant Edge locks a shard's WAL and writes to it on load, so two processes
+    cannot open one shard. While the source is held no writer can change it, so every
+    copy answers exactly like the source. The copy lives under `root/<pid>` and is removed
+    by `close()`; copies left by processes that died are removed here.
+    """
+    import shutil
+
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.iterdir():
+        if old.name.isdigit() and not _pid_alive(int(old.name)):
+            shutil.rmtree(old, ignore_errors=True)
+    mine = root / str(os.getpid())
+    shutil.rmtree(mine, ignore_errors=True)
+    if (source / "meta.json").exists():  # a missing collection stays missing: health says so
+        shutil.copytree(source, mine / collection, ignore=shutil.ignore_patterns("owner.lock"))
+    return EdgeStore(mine, collection, scratch=mine)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _point_key(pid: Any) -> Any:

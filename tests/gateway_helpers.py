@@ -70,13 +70,13 @@ class Gateway:
         return self.log.read_text(errors="replace")
 
 
-def start_gateway(home: Path, env: dict[str, str], log_dir: Path) -> Gateway:
-    """`moonmind gateway serve` on a free port; returns once it answers."""
+def start_gateway(home: Path, env: dict[str, str], log_dir: Path, *args: str) -> Gateway:
+    """`moonmind gateway serve [args]` on a free port; returns once it answers."""
     port = free_port()
     log = log_dir / f"gateway-{port}.log"
     fh = open(log, "wb")
     proc = subprocess.Popen(
-        [MOONMIND, "gateway", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [MOONMIND, "gateway", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
         env=env, stdout=fh, stderr=subprocess.STDOUT,
     )
     gw = Gateway(proc, f"http://127.0.0.1:{port}", log)

@@ -492,3 +492,98 @@ def test_a_gateway_search_is_cached_with_the_workers_run_not_on_the_gateway(worl
 def test_serve_refuses_a_concurrency_outside_its_range(tmp_path):
     r = run_cli("gateway", "serve", "--port", "0", "--concurrency", "0", env=clean_env(tmp_path))
     assert r.returncode == 2 and "--concurrency 0 is outside 1-256" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_serve_refuses_a_worker_count_outside_its_range(tmp_path):
+    r = run_cli("gateway", "serve", "--port", "0", "--workers", "0", env=clean_env(tmp_path))
+    assert r.returncode == 2 and "--workers 0 is outside 1-64" in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------- several processes ---
+
+
+@pytest.fixture(scope="module")
+def workers(world):
+    """`gateway serve --workers 2` on its own copy of the indexed home."""
+    home = copy_home(world.direct_home, world.base / "workers-home")
+    (home / "gateway-tokens.json").unlink(missing_ok=True)
+    env = clean_env(home)
+    token = add_token(env, "w", ["demo"], ["acme"])
+    gw = start_gateway(home, env, world.base, "--workers", "2")
+    yield gw, home, env, token
+    gw.stop()
+
+
+def child_pids(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def test_worker_processes_answer_exactly_like_the_direct_search_from_their_own_replicas(world, workers):
+    gw, home, env, token = workers
+    direct = json.loads(run_cli("rag", "search", "--query", QUERY, "--filters", "repo=demo", "tenant=acme", "--json",
+                                env=world.cli_env()).stdout)
+    results: list[httpx.Response] = []
+
+    def client():
+        with gw.client(token) as c:
+            results.extend(c.post("/retrieval/context", json={"query": QUERY}) for _ in range(10))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status_code for r in results] == [200] * 40
+    assert all(r.json()["items"] == direct["items"] for r in results)
+    replicas = home / "gateway-replicas" / "moonmind__repo"
+    children = child_pids(gw.proc.pid)
+    assert {int(p.name) for p in replicas.iterdir()} <= children and len(list(replicas.iterdir())) == 2
+    assert all((replicas / p.name / "moonmind__repo" / "meta.json").exists() for p in replicas.iterdir())
+
+
+def test_the_store_stays_held_while_workers_serve_so_a_writer_gets_store_busy(world, workers):
+    gw, home, env, _ = workers
+    r = run_cli("rag", "index", str(world.base / "repo"), "--repo", "demo", "--tenant", "acme",
+                env=env | {"MOONMIND_STORE_WAIT_S": "0.2"})
+    assert r.returncode == 3 and "store_busy" in r.stderr and f"PID {gw.proc.pid}" in r.stderr, r.stderr
+
+
+def test_sighup_makes_every_worker_reload_the_token_file_without_a_restart(world, workers):
+    gw, home, env, _ = workers
+    before = child_pids(gw.proc.pid)
+    path = home / "gateway-tokens.json"
+    original, st = path.read_text(), path.stat()
+    scratch = world.base / "workers-scratch"
+    fresh = add_token(clean_env(scratch), "fresh", ["demo"], ["acme"])
+    fresh_hash = json.loads((scratch / "gateway-tokens.json").read_text())["tokens"][0]["hash"]
+    old_hash = json.loads(original)["tokens"][0]["hash"]
+    with open(path, "r+") as f:  # same size, inode and mtime: only SIGHUP can make a worker notice
+        f.write(original.replace(old_hash, fresh_hash))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with gw.client(fresh) as c:
+        assert c.post("/retrieval/context", json={"query": QUERY}).status_code == 401
+        gw.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and {c.post("/retrieval/context", json={"query": QUERY}).status_code
+                                               for _ in range(6)} != {200}:
+            time.sleep(0.2)
+        assert {c.post("/retrieval/context", json={"query": QUERY}).status_code for _ in range(10)} == {200}
+    assert child_pids(gw.proc.pid) == before  # reloaded in place, not restarted
+    path.write_text(original)
+
+
+def test_stopping_the_workers_removes_the_replicas_and_lets_go_of_the_store(world, workers):
+    gw, home, env, _ = workers
+    gw.stop()
+    assert gw.proc.returncode == 0, gw.logs()
+    assert not (home / "gateway-replicas" / "moonmind__repo").exists()
+    r = run_cli("rag", "search", "--query", QUERY, "--filters", "repo=demo", "tenant=acme", "--json",
+                env=env | {"MOONMIND_STORE_WAIT_S": "0"})
+    assert r.returncode == 0 and json.loads(r.stdout)["items"], r.stderr
+
+
+def test_workers_without_a_token_file_fail_once_with_a_clear_error(tmp_path):
+    r = run_cli("gateway", "serve", "--port", "0", "--workers", "2", env=clean_env(tmp_path), timeout=60)
+    assert r.returncode != 0 and "token file" in r.stderr and "does not exist" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("does not exist") == 1

@@ -17,6 +17,9 @@ def register(groups: dict) -> None:
     p.add_argument("--access-log", action="store_true", help="log every request (off by default: throughput)")
     p.add_argument("--concurrency", type=int, default=None, metavar="N",
                    help="retrievals run at once (default: 1 with the static embedder, 16 with a hosted one)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes serving requests, one per core for throughput (default 1); with the "
+                        "embedded store each searches its own copy of the collection")
     p.set_defaults(_handler=cmd_serve)
 
     p = gw.add_parser("add-token", help="create a worker token; prints it once, stores only its hash")
@@ -39,12 +42,16 @@ def _settings(args: argparse.Namespace):
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..errors import MoonmindError
-    from ..gateway import serve
+    from ..gateway import MAX_WORKERS, serve
 
     if args.concurrency is not None and not 1 <= args.concurrency <= 256:
         raise MoonmindError("invalid_argument", f"--concurrency {args.concurrency} is outside 1-256.",
                             "Pass a small positive number, e.g. --concurrency 4.")
-    serve(args.host, args.port, _settings(args), access_log=args.access_log, concurrency=args.concurrency)
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise MoonmindError("invalid_argument", f"--workers {args.workers} is outside 1-{MAX_WORKERS}.",
+                            "Pass the number of cores to use, e.g. --workers $(nproc).")
+    serve(args.host, args.port, _settings(args), access_log=args.access_log, concurrency=args.concurrency,
+          workers=args.workers)
     return 0
 
 
