@@ -112,7 +112,8 @@ def create_app(
     """The gateway app. Reads the token file at creation (a broken file fails start-up, not requests).
 
     `concurrency` bounds simultaneous retrievals (default: `default_concurrency`); requests
-    beyond it wait in the event loop, which stays free for health checks and new connections.
+    beyond it wait in the event loop, which stays free for health checks and new connections
+    (between retrievals, when one retrieval at a time runs on the loop itself).
     `store` replaces the configured one (a worker's replica, see `serve`); it is closed with the app.
     """
     from . import runtime
@@ -126,6 +127,7 @@ def create_app(
         return runtime.get_embedder(settings), store or runtime.get_store(settings)
 
     retrievals = anyio.CapacityLimiter(concurrency or default_concurrency(settings))
+    on_loop = retrievals.total_tokens == 1 and settings.embedding_provider == "static" and settings.embedded_store
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -200,7 +202,15 @@ def create_app(
         query = parse_query(await _read_json(request))
         query, scope = authorize(grant, query.model_copy(update={"transport": "gateway"}), settings.top_k)
         try:
-            pack = await anyio.to_thread.run_sync(_retrieve, settings, resources, query, scope, started, limiter=retrievals)
+            if on_loop:
+                # pure CPU, one at a time: a worker thread would only add GIL hand-offs with the loop
+                # (measured: 253 -> 273 req/s at concurrency 32, p99 163 -> 128 ms). The limiter keeps
+                # arrivals in order; yielding after each lets health checks and new connections in.
+                async with retrievals:
+                    pack = _retrieve(settings, resources, query, scope, started)
+                    await asyncio.sleep(0)
+            else:
+                pack = await anyio.to_thread.run_sync(_retrieve, settings, resources, query, scope, started, limiter=retrievals)
         except MoonmindError as err:
             return _error_response(_as_caller_error(err))
         return Response(pack.model_dump_json(), media_type="application/json")
