@@ -108,13 +108,15 @@ def create_app(
     registry: TokenRegistry | None = None,
     concurrency: int | None = None,
     store: Store | None = None,
+    balancer: Any = None,
 ) -> FastAPI:
     """The gateway app. Reads the token file at creation (a broken file fails start-up, not requests).
 
     `concurrency` bounds simultaneous retrievals (default: `default_concurrency`); requests
     beyond it wait in the event loop, which stays free for health checks and new connections
     (between retrievals, when one retrieval at a time runs on the loop itself).
-    `store` replaces the configured one (a worker's replica, see `serve`); it is closed with the app.
+    `store` replaces the configured one (a worker's replica, see `serve`); it is closed with the app,
+    as is `balancer` (a `balance.Balancer`: this worker's share of keep-alive connections).
     """
     from . import runtime
 
@@ -145,6 +147,8 @@ def create_app(
         runtime.close_all()
         if store is not None:
             store.close()
+        if balancer is not None:
+            balancer.close()
 
     app = FastAPI(
         title="MoonMind RetrievalGateway",
@@ -155,7 +159,7 @@ def create_app(
     app.state.registry = registry
     app.state.settings = settings
 
-    app.add_middleware(_StatusCounter)
+    app.add_middleware(_StatusCounter, balancer=balancer)
 
     @app.exception_handler(MoonmindError)
     async def _moonmind_error(request: Request, err: MoonmindError) -> JSONResponse:
@@ -269,11 +273,13 @@ class _StatusCounter:
     """rag.gateway.requests.<status>: one counter per HTTP status (low cardinality), 500 for crashes.
 
     A plain ASGI middleware: Starlette's BaseHTTPMiddleware (`@app.middleware`) wraps every
-    response in an extra task and stream, which cost more than the counter is worth.
+    response in an extra task and stream, which cost more than the counter is worth. With a
+    balancer it also marks a response `Connection: close` when this worker should shed one.
     """
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, balancer=None) -> None:
         self.app = app
+        self.balancer = balancer
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -287,6 +293,8 @@ class _StatusCounter:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if self.balancer is not None and self.balancer.should_close():
+                    message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
             await send(message)
 
         try:
@@ -414,8 +422,16 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
                     except ProcessLookupError:
                         pass
 
+    import tempfile
+
+    from . import balance
+
     TokenRegistry(settings.tokens_file)  # a missing or broken token file fails here, once, not in each worker
-    spec: dict[str, Any] = {"tokens_file": str(settings.tokens_file), "concurrency": concurrency}
+    scratch = Path(tempfile.mkdtemp(prefix="moonmind-gateway-"))
+    spec: dict[str, Any] = {
+        "tokens_file": str(settings.tokens_file), "concurrency": concurrency, "workers": workers,
+        "balance": str(balance.create_file(scratch / "connections")),
+    }
     held = None
     if settings.embedded_store:
         from .store import open_store
@@ -426,11 +442,12 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
     os.environ[WORKER_ENV] = json.dumps(spec)
     config = uvicorn.Config(
         f"{__name__}:worker_app", factory=True, host=host, port=port, workers=workers,
-        log_level="warning", access_log=access_log, lifespan="on",
+        http=f"{balance.__name__}:CountedHttpProtocol", log_level="warning", access_log=access_log, lifespan="on",
     )
     try:
         Supervisor(config, sockets=[config.bind_socket()]).run()
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         if held is not None:
             shutil.rmtree(replicas, ignore_errors=True)
             held.close()
@@ -438,18 +455,23 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
 
 def worker_app() -> FastAPI:
     """One process of `serve --workers N` (a uvicorn factory): the parent's settings, its own replica."""
+    from .balance import Balancer
+
     spec = json.loads(os.environ[WORKER_ENV])
-    store = None
+    store = balancer = None
     try:
         settings = get_settings().model_copy(update={"gateway_tokens_file": Path(spec["tokens_file"])})
         if "replicas" in spec:
             from .store import open_replica
 
             store = open_replica(Path(spec["source"]), Path(spec["replicas"]), settings.collection)
-        return create_app(settings, concurrency=spec["concurrency"], store=store)
-    except (MoonmindError, OSError) as err:  # e.g. the token file broke or the disk filled since start-up
+        balancer = Balancer(Path(spec["balance"]), spec["workers"])
+        return create_app(settings, concurrency=spec["concurrency"], store=store, balancer=balancer)
+    except (MoonmindError, OSError, RuntimeError) as err:  # e.g. the token file broke or the disk filled since start-up
         if store is not None:
             store.close()
+        if balancer is not None:
+            balancer.close()
         message = f"[{err.code}] {err.message} {err.action}" if isinstance(err, MoonmindError) else redact(str(err))
         log.error("gateway worker %d cannot start: %s", os.getpid(), message)
         raise SystemExit(3) from None  # uvicorn's STARTUP_FAILURE: the supervisor stops instead of respawning

@@ -573,6 +573,54 @@ def test_sighup_makes_every_worker_reload_the_token_file_without_a_restart(world
     path.write_text(original)
 
 
+def test_workers_without_a_token_file_fail_once_with_a_clear_error(tmp_path):
+    r = run_cli("gateway", "serve", "--port", "0", "--workers", "2", env=clean_env(tmp_path), timeout=60)
+    assert r.returncode != 0 and "token file" in r.stderr and "does not exist" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("does not exist") == 1
+
+
+def established_per_pid(port: int, pids: set[int]) -> dict[int, int]:
+    """Open TCP connections to `port` held by each of `pids` (read from /proc: no tool needed)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{f[9]}]")
+    counts = {}
+    for pid in pids:
+        fds = Path(f"/proc/{pid}/fd")
+        counts[pid] = sum(1 for fd in fds.iterdir() if os.readlink(fd) in inodes)
+    return counts
+
+
+def test_keep_alive_connections_piled_on_one_worker_spread_evenly_and_then_stay(workers):
+    gw, home, env, token = workers
+    port = int(gw.url.rsplit(":", 1)[1])
+    a, b = sorted(int(p.name) for p in (home / "gateway-replicas" / "moonmind__repo").iterdir())  # one replica each
+    clients = [gw.client(token) for _ in range(12)]
+    try:
+        os.kill(b, signal.SIGSTOP)  # every connection opened now is accepted by `a`
+        try:
+            for c in clients:
+                assert c.post("/retrieval/context", json={"query": QUERY, "top_k": 1}).status_code == 200
+        finally:
+            os.kill(b, signal.SIGCONT)
+        piled = established_per_pid(port, {a, b})
+        assert piled[b] == 0 and piled[a] >= 11  # (`a` already closed the odd one over its share)
+        deadline = time.monotonic() + 20
+        while established_per_pid(port, {a, b}) != {a: 6, b: 6} and time.monotonic() < deadline:
+            for c in clients:
+                assert c.post("/retrieval/context", json={"query": QUERY, "top_k": 1}).status_code == 200
+        assert established_per_pid(port, {a, b}) == {a: 6, b: 6}
+        closes = [c.post("/retrieval/context", json={"query": QUERY, "top_k": 1}).headers.get("connection")
+                  for _ in range(5) for c in clients]
+        assert "close" not in closes  # an even split sheds nothing
+    finally:
+        for c in clients:
+            c.close()
+
+
 def test_stopping_the_workers_removes_the_replicas_and_lets_go_of_the_store(world, workers):
     gw, home, env, _ = workers
     gw.stop()
@@ -581,9 +629,3 @@ def test_stopping_the_workers_removes_the_replicas_and_lets_go_of_the_store(worl
     r = run_cli("rag", "search", "--query", QUERY, "--filters", "repo=demo", "tenant=acme", "--json",
                 env=env | {"MOONMIND_STORE_WAIT_S": "0"})
     assert r.returncode == 0 and json.loads(r.stdout)["items"], r.stderr
-
-
-def test_workers_without_a_token_file_fail_once_with_a_clear_error(tmp_path):
-    r = run_cli("gateway", "serve", "--port", "0", "--workers", "2", env=clean_env(tmp_path), timeout=60)
-    assert r.returncode != 0 and "token file" in r.stderr and "does not exist" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and r.stderr.count("does not exist") == 1
