@@ -554,11 +554,13 @@ core. That is the point to move to the Qdrant server deployment:
   (writes and memory scale out) and each shard is replicated
   (`replication_factor` ≥ 2) so reads scale and a node can fail; searches fan out
   to shards in parallel. Tenant/repo payload indexes keep per-repo queries cheap.
-- **more gateway processes**: the embedded store allows one owning process, and
-  Qdrant Edge holds the GIL through each query, so one gateway serves from one
-  core (and at concurrency 32 requests queue: by Little's law, p99 ≤ 100 ms there
-  needs > 320 req/s). With a server, run a gateway per core or host behind a
-  load balancer.
+- **more gateway processes**: Qdrant Edge holds the GIL through each query, so
+  one gateway process serves from one core (and at concurrency 32 requests queue:
+  by Little's law, p99 ≤ 100 ms there needs > 320 req/s). `gateway serve --workers N`
+  runs one process per core; with the embedded store each searches its own copy
+  of the collection (N times the memory and disk), which is fine for one repository
+  set on one host. Past that, put a Qdrant server behind the gateways and run a
+  gateway per core or host behind a load balancer: nothing is copied then.
 - **more Celery workers**: with a server behind them, workers run prefork with
   concurrency > 1 and on several hosts; search and index queues are separate,
   so a long re-index never delays searches.

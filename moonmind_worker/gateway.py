@@ -408,9 +408,12 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
     does), so no writer can change it and every replica answers exactly like the store.
     """
     import shutil
+    import tempfile
 
     import uvicorn
     from uvicorn.supervisors import Multiprocess
+
+    from . import balance
 
     class Supervisor(Multiprocess):
         def handle_hup(self) -> None:
@@ -422,29 +425,23 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
                     except ProcessLookupError:
                         pass
 
-    import tempfile
-
-    from . import balance
-
     TokenRegistry(settings.tokens_file)  # a missing or broken token file fails here, once, not in each worker
-    scratch = Path(tempfile.mkdtemp(prefix="moonmind-gateway-"))
-    spec: dict[str, Any] = {
-        "tokens_file": str(settings.tokens_file), "concurrency": concurrency, "workers": workers,
-        "balance": str(balance.create_file(scratch / "connections")),
-    }
-    held = None
+    spec: dict[str, Any] = {"tokens_file": str(settings.tokens_file), "concurrency": concurrency, "workers": workers}
+    held = replicas = None
     if settings.embedded_store:
         from .store import open_store
 
         held = open_store(settings)
         replicas = settings.moonmind_home / REPLICAS_DIR / settings.collection
-        spec |= {"source": str(held.hold()), "replicas": str(replicas)}
-    os.environ[WORKER_ENV] = json.dumps(spec)
-    config = uvicorn.Config(
-        f"{__name__}:worker_app", factory=True, host=host, port=port, workers=workers,
-        http=f"{balance.__name__}:CountedHttpProtocol", log_level="warning", access_log=access_log, lifespan="on",
-    )
+        spec |= {"source": str(held.hold()), "replicas": str(replicas)}  # store_busy here, before anything starts
+    scratch = Path(tempfile.mkdtemp(prefix="moonmind-gateway-"))
     try:
+        spec["balance"] = str(balance.create_file(scratch / "connections"))
+        os.environ[WORKER_ENV] = json.dumps(spec)
+        config = uvicorn.Config(
+            f"{__name__}:worker_app", factory=True, host=host, port=port, workers=workers,
+            http=f"{balance.__name__}:CountedHttpProtocol", log_level="warning", access_log=access_log, lifespan="on",
+        )
         Supervisor(config, sockets=[config.bind_socket()]).run()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
