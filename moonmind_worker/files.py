@@ -71,7 +71,7 @@ def _gitignore(dirpath: Path, rel: str):
                 pass
     if not patterns:
         return None
-    return pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+    return pathspec.GitIgnoreSpec.from_lines(patterns)  # git's own rules (the "gitwildmatch" name is deprecated)
 
 
 def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str, Path]]:
