@@ -621,6 +621,24 @@ def test_keep_alive_connections_piled_on_one_worker_spread_evenly_and_then_stay(
             c.close()
 
 
+def test_a_worker_that_dies_is_replaced_by_one_with_a_fresh_replica_and_its_copy_is_removed(workers):
+    gw, home, env, token = workers
+    replicas = home / "gateway-replicas" / "moonmind__repo"
+    before = {int(p.name) for p in replicas.iterdir()}
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = {int(p.name) for p in replicas.iterdir()}
+        if victim not in now and len(now) == 2:
+            break
+        time.sleep(0.2)
+    now = {int(p.name) for p in replicas.iterdir()}
+    assert victim not in now and len(now) == 2 and now - before, now
+    with gw.client(token) as c:
+        assert {c.post("/retrieval/context", json={"query": QUERY}).status_code for _ in range(10)} == {200}
+
+
 def test_stopping_the_workers_removes_the_replicas_and_lets_go_of_the_store(world, workers):
     gw, home, env, _ = workers
     gw.stop()
