@@ -121,9 +121,24 @@ def main() -> int:
     finally:
         os.killpg(worker.pid, 15)
         worker.wait(20)
+        _forget_queues(a.broker, env["MOONMIND_SEARCH_QUEUE"], env["MOONMIND_INDEX_QUEUE"])
         if not a.home:
             shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _forget_queues(broker: str, *queues: str) -> None:
+    """Leave the broker as it was: the run's queues, worker heartbeats and kombu bindings."""
+    if not broker.startswith("redis"):
+        return
+    import redis
+
+    try:
+        r = redis.Redis.from_url(broker)
+        r.delete(*(k for q in queues for k in (q, f"moonmind:consumers:{q}", f"_kombu.binding.{q}",
+                                               f"_kombu.binding_permanent.{q}")))
+    except redis.RedisError:
+        pass
 
 
 if __name__ == "__main__":

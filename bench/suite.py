@@ -362,7 +362,8 @@ class Suite:
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait()
             try:
-                r.delete(sq, iq, f"moonmind:consumers:{sq}", f"moonmind:consumers:{iq}")
+                r.delete(*(k for q in (sq, iq) for k in (q, f"moonmind:consumers:{q}", f"_kombu.binding.{q}",
+                                                          f"_kombu.binding_permanent.{q}")))
             except Exception:
                 pass
 

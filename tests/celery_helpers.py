@@ -95,6 +95,7 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 15.
 
 
 def purge(*queues: str) -> None:
+    """A test's queues gone from Redis: messages, heartbeats and kombu's bindings for them."""
     r = redis()
     for q in queues:
-        r.delete(q, f"moonmind:consumers:{q}")
+        r.delete(q, f"moonmind:consumers:{q}", f"_kombu.binding.{q}", f"_kombu.binding_permanent.{q}")
