@@ -133,10 +133,11 @@ def _forget_queues(broker: str, *queues: str) -> None:
         return
     import redis
 
+    from moonmind_worker.queue_client import queue_keys
+
     try:
         r = redis.Redis.from_url(broker)
-        r.delete(*(k for q in queues for k in (q, f"moonmind:consumers:{q}", f"_kombu.binding.{q}",
-                                               f"_kombu.binding_permanent.{q}")))
+        r.delete(*(k for q in queues for k in queue_keys(q)))
     except redis.RedisError:
         pass
 

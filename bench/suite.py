@@ -362,8 +362,9 @@ class Suite:
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait()
             try:
-                r.delete(*(k for q in (sq, iq) for k in (q, f"moonmind:consumers:{q}", f"_kombu.binding.{q}",
-                                                          f"_kombu.binding_permanent.{q}")))
+                from moonmind_worker.queue_client import queue_keys
+
+                r.delete(*queue_keys(sq), *queue_keys(iq))
             except Exception:
                 pass
 

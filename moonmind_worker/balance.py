@@ -20,8 +20,6 @@ from pathlib import Path
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-#: Slots in the shared file: one per worker process (the most `serve --workers` allows).
-SLOTS = 64
 _SLOT_BYTES = 8
 #: A worker closes at most one connection per this many seconds: each close must land before
 #: the counts say whether another is needed.
@@ -40,9 +38,9 @@ class CountedHttpProtocol(HttpToolsProtocol):
         _connections = server_state.connections  # one set per process, kept by uvicorn
 
 
-def create_file(path: Path) -> Path:
-    """The shared counts file, all zero (the parent creates it before starting workers)."""
-    path.write_bytes(b"\0" * (SLOTS * _SLOT_BYTES))
+def create_file(path: Path, slots: int) -> Path:
+    """The shared counts file, one zeroed slot per possible worker (the parent creates it first)."""
+    path.write_bytes(b"\0" * (slots * _SLOT_BYTES))
     return path
 
 
@@ -52,22 +50,23 @@ class Balancer:
     def __init__(self, path: Path, workers: int) -> None:
         self.workers = workers
         self._fd = os.open(path, os.O_RDWR)
+        self._slots = os.fstat(self._fd).st_size // _SLOT_BYTES
         self.slot = self._claim()
-        self._map = mmap.mmap(self._fd, SLOTS * _SLOT_BYTES)
+        self._map = mmap.mmap(self._fd, self._slots * _SLOT_BYTES)
         self._counts = memoryview(self._map).cast("q")
         self._counts[self.slot] = 0
         self._next_shed = 0.0
 
     def _claim(self) -> int:
         """The first free slot, held by a byte-range lock that the kernel drops if this process dies."""
-        for slot in range(SLOTS):
+        for slot in range(self._slots):
             try:
                 fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, _SLOT_BYTES, slot * _SLOT_BYTES)
                 return slot
             except OSError:
                 continue
         os.close(self._fd)
-        raise RuntimeError(f"all {SLOTS} balance slots are taken")
+        raise RuntimeError(f"all {self._slots} balance slots are taken")
 
     def should_close(self) -> bool:
         """Publish this worker's count; True when it holds more than its share and may shed one now."""

@@ -38,6 +38,12 @@ OVERLAY_CLEAN = "moonmind.rag.overlay_clean"
 SWEEP = "moonmind.rag.sweep_expired_overlays"
 
 CONSUMERS_KEY = "moonmind:consumers:{queue}"
+
+
+def queue_keys(queue: str) -> tuple[str, ...]:
+    """Every Redis key a queue leaves: its messages, worker heartbeats and kombu's bindings (for cleanup)."""
+    return (queue, CONSUMERS_KEY.format(queue=queue), f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+
 #: A worker whose heartbeat is older than this is not counted as consuming.
 HEARTBEAT_S = 5.0
 PRESENCE_TTL_S = 20.0

@@ -11,6 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
+from moonmind_worker.queue_client import queue_keys
+
 BROKER = "redis://127.0.0.1:6379/4"
 BACKEND = "redis://127.0.0.1:6379/5"
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,4 +100,4 @@ def purge(*queues: str) -> None:
     """A test's queues gone from Redis: messages, heartbeats and kombu's bindings for them."""
     r = redis()
     for q in queues:
-        r.delete(q, f"moonmind:consumers:{q}", f"_kombu.binding.{q}", f"_kombu.binding_permanent.{q}")
+        r.delete(*queue_keys(q))
