@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "moonmind_worker.commands.job",
     "moonmind_worker.commands.sync",
     "moonmind_worker.commands.gateway",
+    "moonmind_worker.commands.serve",
 ]
 
 GROUPS = {
@@ -46,7 +47,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="moonmind", description="Deterministic retrieval for coding-agent workers.")
-    top = parser.add_subparsers(dest="group", metavar="{" + ",".join(GROUPS) + "}", parser_class=_Parser)
+    top = parser.add_subparsers(dest="group", metavar="{" + ",".join([*GROUPS, "serve"]) + "}", parser_class=_Parser)
     groups: dict[str, Any] = {"root": top}
     for name, help_text in GROUPS.items():
         p = top.add_parser(name, help=help_text)

@@ -37,6 +37,8 @@ CODES: dict[str, tuple[int, int]] = {
     "quota_exhausted": (EXIT_CONNECTIVITY, 429),
     "broker_unreachable": (EXIT_CONNECTIVITY, 503),
     "worker_unavailable": (EXIT_CONNECTIVITY, 503),
+    # the local process that owns the embedded store stopped answering (owner/client.py)
+    "owner_unresponsive": (EXIT_CONNECTIVITY, 503),
     "job_blocked": (EXIT_CONFIG, 503),
     "retrieval_failed": (EXIT_CONNECTIVITY, 500),
     "latency_budget_exceeded": (EXIT_BUDGET, 408),

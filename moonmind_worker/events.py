@@ -23,6 +23,7 @@ no-op, said once in the debug log.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -69,6 +70,10 @@ SCOPE_ENV = {
 
 log = logging.getLogger("moonmind.events")
 
+#: A request's own scope, set by a process that serves other processes (the store's owner, see
+#: `owner.server`): its events carry the client's job, not whatever the serving process's environment says.
+scope_override: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("moonmind_event_scope", default=None)
+
 _lock = threading.Lock()
 _state: dict[str, Any] = {"conn": None, "url": None, "down_until": 0.0, "said_noop": False}
 #: kombu's Redis transport: the exchange's binding set and the separator inside its members
@@ -94,8 +99,12 @@ def build_event(event: str, **fields: Any) -> dict[str, Any]:
         "event_id": "evt_" + ulid(),
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
     }
+    override = scope_override.get()
     for key, var in SCOPE_ENV.items():
-        body[key] = os.environ.get(var) or (getattr(settings, key, None) if settings else None)
+        if override is not None:
+            body[key] = override.get(key)
+        else:
+            body[key] = os.environ.get(var) or (getattr(settings, key, None) if settings else None)
     for key, value in fields.items():
         if key not in ("schema", "event", "event_id", "timestamp"):
             body[key] = value

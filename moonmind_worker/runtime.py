@@ -55,6 +55,12 @@ def close_all(flush_only: bool = False) -> None:
     `flush_only`: the process is about to end without interpreter teardown (`cli.run`), which
     releases locks and memory itself; only writes still buffered must reach the disk.
     """
+    if not flush_only:
+        import sys
+
+        server = sys.modules.get("moonmind_worker.owner.server")
+        if server is not None:
+            server.stop_serving()  # a process that lets go of its stores no longer serves them
     with _lock:
         for store in _stores.values():
             try:

@@ -215,6 +215,10 @@ class Settings:
     moonmind_home: Path = setting("MOONMIND_HOME", default="~/.moonmind", parse=path)
     collection: str = setting("MOONMIND_COLLECTION", "QDRANT_COLLECTION", default="moonmind__repo", parse=text())
     store_wait_s: float = setting("MOONMIND_STORE_WAIT_S", default=3.0, parse=number(ge=0, le=600))
+    #: use: commands use the box's live owner of the embedded store; auto: also start one in the
+    #: background when none is alive; off: always run in this process (owner/client.py)
+    owner_mode: Literal["use", "auto", "off"] = setting("MOONMIND_OWNER", default="use", parse=choice("use", "auto", "off"))
+    owner_idle_s: float = setting("MOONMIND_OWNER_IDLE_S", default=600.0, parse=number(gt=0))
 
     # --- embedding -------------------------------------------------------
     embedding_provider: EmbeddingProvider = setting(

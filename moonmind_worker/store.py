@@ -198,6 +198,11 @@ class EdgeStore:
         self._cache: dict[tuple[str, ...] | None, OrderedDict] = {}  # see _payloads
         self._cache_lock = threading.Lock()
         self._generation = 0
+        self._pinned = False  # held for good by an owner serving the box (see hold, release)
+        # one engine call at a time per process: a sync's alias switch closes the shard that a
+        # search on another thread of the owner would otherwise still be reading; the binding
+        # holds the GIL during a call anyway, so this costs no parallelism
+        self._engine = threading.RLock()
 
     # -- ownership --------------------------------------------------------
     def _acquire(self, wait_s: float | None = None) -> None:
@@ -233,12 +238,19 @@ class EdgeStore:
         self._lock_fd = fd
 
     def hold(self) -> Path:
-        """Own the store without loading it (writers wait, then get store_busy); its data directory.
+        """Own the store for good without loading it (other processes wait, then get store_busy); its data directory.
 
-        What `gateway serve --workers N` does while its workers search replicas of that directory.
+        What an owner does (`owner.server.serve_store`), and `gateway serve --workers N` while its
+        workers search replicas of that directory. `release()` then keeps the hold.
         """
         self._acquire()
+        self._pinned = True
         return self.data_dir
+
+    @property
+    def holding(self) -> bool:
+        """True while this process holds the store's lock."""
+        return self._lock_fd is not None
 
     @property
     def data_dir(self) -> Path:
@@ -273,10 +285,12 @@ class EdgeStore:
         if self._shard is None:
             from qdrant_edge import EdgeShard
 
-            self._acquire()
-            if self._read_meta() is None or not (self.data_dir / "shard").exists():
-                raise _missing(self.collection)
-            self._shard = EdgeShard.load(str(self.data_dir / "shard"))
+            with self._engine:
+                if self._shard is None:
+                    self._acquire()
+                    if self._read_meta() is None or not (self.data_dir / "shard").exists():
+                        raise _missing(self.collection)
+                    self._shard = EdgeShard.load(str(self.data_dir / "shard"))
         return self._shard
 
     # -- collection -------------------------------------------------------
@@ -339,30 +353,31 @@ class EdgeStore:
 
         if not points:
             return
-        shard = self._open()
+        self._open()
+        op = UpdateOperation.upsert_points(
+            [
+                Point(
+                    id=p.id,
+                    vector={
+                        DENSE: p.dense.tolist(),
+                        SPARSE: SparseVector(indices=p.sparse.indices, values=p.sparse.values),
+                    },
+                    payload=p.payload,
+                )
+                for p in points
+            ]
+        )
         self._dirty = True
         self._invalidate([p.id for p in points])
-        shard.update(
-            UpdateOperation.upsert_points(
-                [
-                    Point(
-                        id=p.id,
-                        vector={
-                            DENSE: p.dense.tolist(),
-                            SPARSE: SparseVector(indices=p.sparse.indices, values=p.sparse.values),
-                        },
-                        payload=p.payload,
-                    )
-                    for p in points
-                ]
-            )
-        )
+        with self._engine:
+            self._open().update(op)
 
     def delete(self, where: Where) -> None:
         from qdrant_edge import UpdateOperation
 
         self._invalidate()  # deleted points are never returned again; a re-upsert drops its entry
-        self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(where)))
+        with self._engine:
+            self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(where)))
         self._dirty = True
 
     def delete_ids(self, ids: Sequence[str]) -> None:
@@ -370,7 +385,8 @@ class EdgeStore:
 
         if ids:
             self._invalidate(ids)
-            self._open().update(UpdateOperation.delete_points(list(ids)))
+            with self._engine:
+                self._open().update(UpdateOperation.delete_points(list(ids)))
             self._dirty = True
 
     def search(self, specs: Sequence[SearchSpec], deadline: float | None = None) -> list[list[Hit]]:
@@ -402,7 +418,9 @@ class EdgeStore:
         # `.id` access, and UUIDs hash and compare in Python (~1,000 such calls per search)
         points_of: dict[Any, Any] = {}
         results = []
-        for points in shard.query_batch(QueryBatchRequest(requests)):
+        with self._engine:
+            batch = self._open().query_batch(QueryBatchRequest(requests))
+        for points in batch:
             row = []
             for p in points:
                 pid = p.id
@@ -460,9 +478,10 @@ class EdgeStore:
                     out[pid] = got
         if misses:
             fresh = {}
-            records = self._open().retrieve(
-                [points_of[k] for k in misses], with_payload=True if key is None else list(key), with_vector=False
-            )
+            with self._engine:
+                records = self._open().retrieve(
+                    [points_of[k] for k in misses], with_payload=True if key is None else list(key), with_vector=False
+                )
             for r in records:
                 rid = r.id  # a new UUID object per access
                 fresh[_point_key(rid)] = (str(rid), r.payload or {})
@@ -489,7 +508,8 @@ class EdgeStore:
         """Points by id with the payload fields asked for, in the order asked; missing ids are skipped."""
         if not ids:
             return []
-        records = self._open().retrieve(list(ids), with_payload=_fields(fields), with_vector=False)
+        with self._engine:
+            records = self._open().retrieve(list(ids), with_payload=_fields(fields), with_vector=False)
         by_id = {str(r.id): r for r in records}
         return [Hit(id=i, score=0.0, payload=dict(by_id[i].payload or {})) for i in ids if i in by_id]
 
@@ -501,9 +521,10 @@ class EdgeStore:
         flt = _edge_filter(where) if where else None
         with_payload = list(fields) if not isinstance(fields, bool) else fields
         while True:
-            records, offset = shard.scroll(
-                ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=with_payload, with_vector=False)
-            )
+            with self._engine:
+                records, offset = self._open().scroll(
+                    ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=with_payload, with_vector=False)
+                )
             for r in records:
                 yield Hit(id=str(r.id), score=0.0, payload=dict(r.payload or {}))
             if offset is None:
@@ -512,7 +533,8 @@ class EdgeStore:
     def count(self, where: Where | None = None) -> int:
         from qdrant_edge import CountRequest
 
-        return self._open().count(CountRequest(exact=True, filter=_edge_filter(where) if where else None))
+        with self._engine:
+            return self._open().count(CountRequest(exact=True, filter=_edge_filter(where) if where else None))
 
     def optimize(self) -> None:
         """Merge segments and build the HNSW index, in this process, before the shard is searched.
@@ -524,6 +546,7 @@ class EdgeStore:
         again costs nothing when there is nothing to do, so a store written by an older version
         is optimized by its next index run even when no file changed.
         """
+        # not under the engine lock: it takes seconds on a large shard and searches may run beside it
         if self._open().optimize():  # False (and ~0.1 ms) when already optimal
             self._dirty = True
 
@@ -545,21 +568,26 @@ class EdgeStore:
         return EdgeStore(self.dir.parent, name, wait_s=self.wait_s)
 
     def release(self) -> None:
-        """Let other processes use the store (searches keep working while a sync embeds)."""
-        self.close()
+        """Let other processes use the store (searches keep working while a sync embeds).
+
+        An owner keeps its hold: it serves those searches itself.
+        """
+        if not self._pinned:
+            self.close()
 
     def switch_alias(self, target: str, wait_s: float = 30.0) -> str | None:
         """Point this name at `target` with one atomic rename of meta.json; the old physical name, or None."""
         self._acquire(wait_s)
-        if self._shard is not None:
-            self._shard.flush()
-            self._shard.close()
-            self._shard = None
-        old = self.alias_target()
-        tmp = self.dir / "meta.json.tmp"
-        tmp.write_text(json.dumps({"alias": target}))
-        tmp.replace(self.dir / "meta.json")
-        self._forget_cached()
+        with self._engine:
+            if self._shard is not None:
+                self._shard.flush()
+                self._shard.close()
+                self._shard = None
+            old = self.alias_target()
+            tmp = self.dir / "meta.json.tmp"
+            tmp.write_text(json.dumps({"alias": target}))
+            tmp.replace(self.dir / "meta.json")
+            self._forget_cached()
         return old
 
     def drop_physical(self, name: str | None) -> None:
@@ -572,19 +600,22 @@ class EdgeStore:
             shutil.rmtree(self.dir.parent / name, ignore_errors=True)
 
     def flush(self) -> None:
-        if self._shard is not None and self._dirty:
-            self._shard.flush()
-            self._dirty = False
+        with self._engine:
+            if self._shard is not None and self._dirty:
+                self._shard.flush()
+                self._dirty = False
 
     def close(self) -> None:
-        if self._shard is not None:
-            self.flush()
-            self._shard.close()
-            self._shard = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-        self._forget_cached()
+        with self._engine:
+            if self._shard is not None:
+                self.flush()
+                self._shard.close()
+                self._shard = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+            self._pinned = False
+            self._forget_cached()
         if self._scratch is not None:
             import shutil
 
@@ -609,7 +640,8 @@ def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
     mine = root / str(os.getpid())
     shutil.rmtree(mine, ignore_errors=True)
     if (source / "meta.json").exists():  # a missing collection stays missing: health says so
-        shutil.copytree(source, mine / collection, ignore=shutil.ignore_patterns("owner.lock"))
+        # not the lock, nor the owner's socket (a copy is searched in this process only)
+        shutil.copytree(source, mine / collection, ignore=shutil.ignore_patterns("owner.lock", "owner.sock", ".owner.sock.*"))
     return EdgeStore(mine, collection, scratch=mine)
 
 

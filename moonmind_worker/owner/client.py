@@ -1,0 +1,254 @@
+"""The thin client: find the box's owner by itself and hand it one operation.
+
+`execute(settings, op, args)` is what every command calls: the owner runs the operation
+when one is alive, otherwise this process runs it one-shot (`ops.run_local`), so a
+command behaves the same beside a worker, a gateway or nothing. Found by itself, no flag:
+
+* socket alive → the owner answers;
+* no socket → one-shot, as before (with ``MOONMIND_OWNER=auto``, a background owner is
+  started first, and it answers this call and the next ones);
+* a socket nobody listens on (its owner died) → the file is removed, one-shot;
+* the owner dies mid-request → its lock is free: one-shot, with a note.
+
+Every wait is bounded: connecting (`CONNECT_S`), and owner silence (`protocol.SILENCE_S`:
+it sends a heartbeat every `protocol.HEARTBEAT_S` while it works), plus the caller's own
+timeout for a search. Standard library only (plus `errors`): a search through the owner
+imports no numpy, pydantic, qdrant, celery or fastapi.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import MoonmindError
+from . import protocol
+
+#: How long connecting to a live owner may take (it accepts in a loop of its own).
+CONNECT_S = 2.0
+#: How long `MOONMIND_OWNER=auto` waits for the owner it started to answer.
+AUTO_START_S = 20.0
+#: The scope fields a client's requests carry (the owner reports and caches under the client's job).
+SCOPE_FIELDS = ("job_id", "run_id", "repo", "tenant")
+
+Progress = Callable[[int, int], None]
+
+
+class OwnerGone(Exception):
+    """The owner closed the connection before its answer: it died (its lock is free again)."""
+
+
+def scope_of(settings: Any) -> dict[str, Any]:
+    return {k: getattr(settings, k) for k in SCOPE_FIELDS}
+
+
+def owner_pid(path: Path) -> str:
+    """The PID recorded in the store's lock file beside the socket (for messages)."""
+    try:
+        return (path.parent / "owner.lock").read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+class Owner:
+    """A connection to the live owner of one collection."""
+
+    def __init__(self, sock: socket.socket, path: Path) -> None:
+        self.sock = sock
+        self.path = path
+
+    @property
+    def pid(self) -> str:
+        return owner_pid(self.path)
+
+    def call(
+        self, op: str, args: dict[str, Any], *, scope: dict[str, Any] | None = None,
+        progress: Progress | None = None, timeout_s: float | None = None,
+    ) -> Any:
+        """Send one operation, read until its answer; the result, or the owner's error as a MoonmindError."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        request = {"v": protocol.VERSION, "op": op, "args": args, "scope": scope or {}, "progress": progress is not None}
+        try:
+            self.sock.sendall(protocol.encode(request))
+            reader = protocol.LineReader(self.sock)
+            while True:
+                wait = protocol.SILENCE_S
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        raise self._timeout(op, timeout_s)
+                self.sock.settimeout(wait)
+                try:
+                    message = reader.read()
+                except (socket.timeout, TimeoutError):
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise self._timeout(op, timeout_s) from None
+                    raise self._silent(op) from None
+                if "result" in message:
+                    return message["result"]
+                if "error" in message:
+                    raise _error(message)
+                if "progress" in message and progress is not None:
+                    done, total = message["progress"]
+                    progress(int(done), int(total))
+        except (EOFError, ConnectionResetError, BrokenPipeError) as exc:
+            raise OwnerGone(str(exc)) from None
+        finally:
+            self.close()
+
+    def _timeout(self, op: str, timeout_s: float | None) -> MoonmindError:
+        return MoonmindError(
+            "task_timeout",
+            f"The store's owner (PID {self.pid}) did not answer {op} within {timeout_s:g}s.",
+            "Raise the latency budget or --timeout, or check what the owner is busy with.",
+        )
+
+    def _silent(self, op: str) -> MoonmindError:
+        return MoonmindError(
+            "owner_unresponsive",
+            f"The process that owns the embedded store (PID {self.pid}) stopped answering during {op} "
+            f"(nothing for {protocol.SILENCE_S:g}s).",
+            f"Check that process (is it stopped or overloaded?); if it is stuck, stop it and retry: "
+            f"commands then run on their own. Socket: {self.path}",
+        )
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def _error(message: dict[str, Any]) -> MoonmindError:
+    from ..errors import CODES
+
+    err = message.get("error") or {}
+    code = err.get("code") if err.get("code") in CODES else "internal_error"
+    details = message.get("details") if isinstance(message.get("details"), dict) else {}
+    return MoonmindError(code, str(err.get("message", "")), str(err.get("action", "")), **details)
+
+
+def connect(data_dir: Path, collection: str, timeout_s: float = CONNECT_S) -> Owner | None:
+    """A connection to the collection's live owner, or None when there is none (a stale socket is removed)."""
+    path = protocol.socket_path(data_dir, collection)
+    try:
+        inode = path.stat().st_ino
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        protocol.at_short_path(path, sock.connect)
+    except ConnectionRefusedError:
+        sock.close()
+        _remove_stale(path, inode)
+        return None
+    except (FileNotFoundError, PermissionError, socket.timeout, TimeoutError, OSError):
+        # gone meanwhile, another user's owner (one-shot then reports the store as busy), or
+        # an owner too busy to accept: one-shot waits for the lock, which is bounded too
+        sock.close()
+        return None
+    return Owner(sock, path)
+
+
+def _remove_stale(path: Path, inode: int) -> None:
+    """Unlink a socket file nobody listens on: its owner died without removing it.
+
+    An owner creates its socket under another name and renames it into place once it
+    listens, so a refused connection means the file is stale; the inode check keeps a
+    socket that a new owner renamed into place meanwhile.
+    """
+    try:
+        if path.stat().st_ino == inode:
+            path.unlink()
+    except OSError:
+        pass
+
+
+def _holds_here(settings: Any, collection: str | None) -> bool:
+    """True when this very process holds the store (a worker's own hook, a gateway's doctor)."""
+    runtime = sys.modules.get("moonmind_worker.runtime")
+    store = runtime.existing_store(settings, collection) if runtime is not None else None
+    return store is not None and getattr(store, "holding", True)
+
+
+def serves_here(settings: Any) -> bool:
+    """True when writes to the embedded store run at once on this box: this process or a live owner holds it."""
+    if not settings.embedded_store:
+        return False
+    if _holds_here(settings, None):
+        return True
+    if settings.owner_mode == "off":
+        return False
+    owner = connect(settings.data_dir, settings.collection)
+    if owner is None:
+        return False
+    owner.close()
+    return True
+
+
+def find(settings: Any, collection: str | None = None) -> Owner | None:
+    """The live owner this process should use for `collection`, or None (then run one-shot)."""
+    if not settings.embedded_store or settings.owner_mode == "off" or _holds_here(settings, collection):
+        return None
+    name = collection or settings.collection
+    owner = connect(settings.data_dir, name)
+    if owner is None and settings.owner_mode == "auto":
+        owner = start_background_owner(settings, name)
+    return owner
+
+
+def execute(
+    settings: Any, op: str, args: dict[str, Any], *, collection: str | None = None,
+    progress: Progress | None = None, timeout_s: float | None = None,
+) -> Any:
+    """Run `op` on the box's owner when one is alive, else in this process (`ops.run_local`).
+
+    The answer is the same JSON either way, so a command prints it the same way.
+    """
+    owner = find(settings, collection)
+    if owner is not None:
+        pid = owner.pid
+        try:
+            return owner.call(op, args, scope=scope_of(settings), progress=progress, timeout_s=timeout_s)
+        except OwnerGone:
+            from ..cli import note
+
+            note(f"the store's owner (PID {pid}) went away during {op}; running it in this process instead")
+    from .ops import run_local
+
+    return run_local(op, args, settings, collection=collection, progress=progress)
+
+
+def start_background_owner(settings: Any, collection: str) -> Owner | None:
+    """`MOONMIND_OWNER=auto`: start `moonmind serve --idle-exit` in the background and connect to it.
+
+    Returns None when it could not start in time (the store held by a one-shot command, say);
+    the caller then runs one-shot as usual.
+    """
+    import subprocess
+
+    log = Path(settings.moonmind_home) / "owner.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "moonmind_worker.cli", "serve", "--idle-exit", f"{settings.owner_idle_s:g}"]
+    env = dict(os.environ, MOONMIND_COLLECTION=collection, MOONMIND_OWNER="off")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True, close_fds=True,
+        )
+    deadline = time.monotonic() + AUTO_START_S
+    while time.monotonic() < deadline:
+        owner = connect(settings.data_dir, collection)
+        if owner is not None:
+            return owner
+        if proc.poll() is not None:
+            owner = connect(settings.data_dir, collection)  # another auto owner may have won the race
+            return owner
+        time.sleep(0.02)
+    return None

@@ -1,0 +1,154 @@
+"""The operations a command needs from the store, one function each, whichever process runs them.
+
+The owner runs them for its clients (`server`); a one-shot command runs the same
+function in-process when no owner is alive (`client.execute` → `run_local`). Arguments
+and results are JSON (a command prints the result the same way in both cases); the
+arguments carry absolute paths, because the owner's working directory is not the client's.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import MoonmindError
+
+Progress = Callable[[int, int], None] | None
+
+#: Writes run one at a time in an owner (several clients may ask at once); reads never wait for them.
+_WRITES = threading.Lock()
+
+
+def _resources(settings, collection: str | None = None):
+    from .. import runtime
+
+    return runtime.get_embedder(settings), runtime.get_store(settings, collection)
+
+
+def search(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """RetrievalQuery fields → ContextPack JSON (validated here, once, by the contract function)."""
+    from .. import observe
+    from ..contracts import parse_query
+    from ..pipeline import retrieve_context_pack
+
+    query = parse_query(args["query"]).model_copy(update={"transport": "direct"})
+    embedder, store = _resources(settings)
+    if args.get("record", True):
+        pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
+    else:
+        with observe.no_artifacts():  # evaluation queries are not context an agent used
+            pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
+    return pack.model_dump(mode="json")
+
+
+def index(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """IndexRequest fields → IndexReport JSON."""
+    from ..indexer import index_repository
+
+    root = Path(args["path"])
+    if not root.is_dir():
+        raise MoonmindError("invalid_argument", f"{args['path']} is not a directory.", "Pass the root of the repository to index.")
+    embedder, store = _resources(settings)
+    summary = index_repository(
+        root, repo=args["repo"], tenant=args["tenant"], settings=settings, embedder=embedder, store=store, progress=progress,
+    )
+    return summary.report().model_dump(mode="json")
+
+
+def overlay_upsert(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """OverlayUpsertRequest fields → OverlayReport JSON (`line` included)."""
+    from ..overlay import parse_duration, upsert_overlay
+
+    embedder, store = _resources(settings)
+    summary = upsert_overlay(
+        args["paths"], root=Path(args["root"]), run_id=args.get("run_id"), ttl_s=parse_duration(args["ttl"]),
+        repo=args.get("repo"), tenant=args.get("tenant"), settings=settings, embedder=embedder, store=store,
+    )
+    return {**summary.as_dict(), "line": summary.line()}
+
+
+def overlay_clean(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """A run's overlay, or every expired overlay point, removed → OverlayCleanResult JSON."""
+    from .. import runtime
+    from ..overlay import clean_overlay
+
+    run_id, expired = args.get("run_id"), bool(args.get("expired"))
+    removed = clean_overlay(run_id=run_id, expired=expired, settings=settings, store=runtime.get_store(settings))
+    return {"removed": removed, "run_id": run_id, "expired": expired}
+
+
+def overlay_list(settings, args: dict[str, Any], progress: Progress = None) -> list[dict[str, Any]]:
+    from .. import runtime
+    from ..overlay import list_overlay
+
+    return list_overlay(run_id=args.get("run_id"), settings=settings, store=runtime.get_store(settings))
+
+
+def stats(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """What the index holds for a repository: the statistics and their printed form."""
+    from ..stats import collect_stats, format_stats
+
+    embedder, store = _resources(settings)
+    root = Path(args["root"]) if args.get("root") else None
+    result = collect_stats(repo=args["repo"], tenant=args.get("tenant"), root=root, settings=settings, embedder=embedder, store=store)
+    return {"stats": result.to_dict(), "text": format_stats(result)}
+
+
+def checks(settings, args: dict[str, Any], progress: Progress = None) -> list[dict[str, Any]]:
+    """The doctor's direct checks (embedding, store, collection, model, a real query) run by this process."""
+    from ..doctor import direct_checks
+
+    return [asdict(c) for c in direct_checks(settings)]
+
+
+def sync_embedding(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    from .. import runtime
+    from ..sync import sync_embedding as sync
+
+    collection = args.get("collection")
+    result = sync(
+        runtime.get_store(settings, collection), runtime.get_embedder(settings),
+        batch_size=settings.embedding_batch_size, dry_run=bool(args.get("dry_run")), progress=progress,
+    )
+    return {"result": result.to_dict(), "line": result.plan.line() if args.get("dry_run") else result.line()}
+
+
+def hello(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """Who answers: for `worker doctor` and tests."""
+    import os
+
+    from .server import current_role
+
+    return {"pid": os.getpid(), "role": current_role(), "collection": settings.collection, "model": settings.model_name}
+
+
+OPS: dict[str, Callable[..., Any]] = {
+    "search": search,
+    "index": index,
+    "overlay_upsert": overlay_upsert,
+    "overlay_clean": overlay_clean,
+    "overlay_list": overlay_list,
+    "stats": stats,
+    "checks": checks,
+    "sync_embedding": sync_embedding,
+    "hello": hello,
+}
+WRITES = frozenset({"index", "overlay_upsert", "overlay_clean", "sync_embedding"})
+
+
+def run(op: str, args: dict[str, Any], settings, *, progress: Progress = None) -> Any:
+    """Run one operation in this process (writes one at a time)."""
+    fn = OPS.get(op)
+    if fn is None:
+        raise MoonmindError("invalid_argument", f"Unknown operation {op!r}.", "Use the same moonmind-worker version for the CLI and the owner.")
+    if op in WRITES:
+        with _WRITES:
+            return fn(settings, args, progress)
+    return fn(settings, args, progress)
+
+
+def run_local(op: str, args: dict[str, Any], settings, *, collection: str | None = None, progress: Progress = None) -> Any:
+    """A one-shot command's own run of `op` (no owner alive)."""
+    return run(op, args, settings, progress=progress)
