@@ -9,8 +9,9 @@ marks a job that must not run without retrieval.
 direct prerequisites pass, otherwise the key is removed and ``job.rag.reason`` says why.
 It records the doctor report, the banner, the prompt snippet and the job environment in
 ``job.rag``, exports MOONMIND_JOB_ID / RUN_ID / REPO / TENANT, and emits
-``rag_capability_resolved`` (and ``doctor_failed``). `finish_job` enqueues the overlay clean
-for the run and emits ``job_rag_finished``.
+``rag_capability_resolved`` (and ``doctor_failed``). `finish_job` removes the run's overlay
+(at once when the store's owner serves this box, else by queueing the clean) and emits
+``job_rag_finished``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ PROMPT_SNIPPET = "Before coding, call `moonmind rag search` to load repo knowled
 
 DIRECT = "direct-qdrant"
 GATEWAY = "gateway"
-DIRECT_CHECKS = frozenset({"embedding", "qdrant", "collection", "dimension", "model", "schema", "query"})
+DIRECT_CHECKS = frozenset({"owner", "embedding", "qdrant", "collection", "dimension", "model", "schema", "query"})
 
 #: manifest field -> environment variable exported to the job
 ENV_FIELDS = {"job_id": "MOONMIND_JOB_ID", "run_id": "MOONMIND_RUN_ID", "repo": "MOONMIND_REPO", "tenant": "MOONMIND_TENANT"}
@@ -151,8 +152,10 @@ def finish_job(
         clean = {"skipped": "the manifest has no run_id"}
     else:
         try:
-            task_id = (enqueue or enqueue_overlay_clean)(run_id, settings)
-            clean = {"task_id": task_id, "run_id": run_id}
+            clean = clean_overlay_now(run_id, settings) if enqueue is None else None
+            if clean is None:
+                task_id = (enqueue or enqueue_overlay_clean)(run_id, settings)
+                clean = {"task_id": task_id, "run_id": run_id}
         except MoonmindError as err:
             clean = {"error": err.code, "message": err.message, "action": err.action, "run_id": run_id}
     rag["overlay_clean"] = clean
@@ -160,6 +163,21 @@ def finish_job(
     rag["outcome"] = outcome
     events.publish("job_rag_finished", **scope, outcome=outcome, overlay_clean=clean)
     return manifest
+
+
+def clean_overlay_now(run_id: str, settings: Settings) -> dict[str, Any] | None:
+    """Remove the run's overlay at once when the embedded store's owner is this process or alive on this box.
+
+    Why not always queue: with an owner that is not a Celery worker (`moonmind serve`,
+    the gateway), nothing would consume the queued clean; the owner is right here.
+    None when no owner serves the box (then the clean is queued).
+    """
+    from moonmind_worker.owner.client import execute, serves_here
+
+    if not serves_here(settings):
+        return None
+    out = execute(settings, "overlay_clean", {"run_id": run_id, "expired": False})
+    return {"removed": int(out["removed"]), "run_id": run_id}
 
 
 def enqueue_overlay_clean(run_id: str, settings: Settings) -> str:

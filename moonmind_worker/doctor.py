@@ -92,8 +92,38 @@ def _failed(name: str, err: MoonmindError, prefix: str = "") -> Check:
     return Check(name, False, f"{prefix}{err.message}", err.action, code=err.code)
 
 
+def direct_checks(settings: Settings) -> list[Check]:
+    """Embedding, store, collection metadata and a tiny real query (the direct transport), run by this process."""
+    checks: list[Check] = []
+    _direct_checks(settings, checks)
+    return checks
+
+
+def _owner_checks(settings: Settings) -> list[Check] | None:
+    """The direct checks as the box's owner of the embedded store runs them, or None when no owner is alive.
+
+    Why ask the owner: beside a running worker, gateway or `moonmind serve`, this process
+    cannot open the store, but every search of this box is served by that owner, so its
+    view is the one that tells whether retrieval works here.
+    """
+    from .owner.client import OwnerGone, find
+
+    owner = find(settings)
+    if owner is None:
+        return None
+    pid, path = owner.pid, owner.path
+    try:
+        rows = owner.call("checks", {}, timeout_s=60.0)
+    except OwnerGone:
+        return None
+    except MoonmindError as err:
+        return [_failed("owner", err, f"the store's owner (PID {pid}): ")]
+    checks = [Check(**row) for row in rows]
+    checks.insert(0, Check("owner", True, f"embedded store served by PID {pid} over {path}", required=False))
+    return checks
+
+
 def _direct_checks(settings: Settings, checks: list[Check]) -> None:
-    """Embedding, store, collection metadata and a tiny real query (the direct transport)."""
     from . import runtime
     from .contracts import READABLE_SCHEMA_VERSIONS
     from .store import open_store
@@ -265,8 +295,9 @@ def run_checks(settings: Settings) -> DoctorReport:
     """Every prerequisite of retrieval, probed for real; never raises for a broken prerequisite."""
     checks: list[Check] = []
     gateway_url = settings.retrieval_url
-    direct: list[Check] = []
-    _direct_checks(settings, direct)
+    direct = _owner_checks(settings)
+    if direct is None:
+        direct = direct_checks(settings)
     if gateway_url:
         # Searches go through the gateway; the direct path matters only as the fallback.
         fallback = settings.retrieval_fallback == "direct"

@@ -40,7 +40,7 @@ from .auth import TokenRegistry, authorize
 from .contracts import ContextPack, ErrorEnvelope, HealthStatus, RetrievalQuery, parse_query
 from .errors import MoonmindError, invalid_query, redact
 from .settings import Settings, get_settings
-from .store import Store, open_replica, open_store
+from .store import Store, open_replica
 
 if TYPE_CHECKING:
     from .balance import Balancer
@@ -398,6 +398,7 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings or get_settings()
     if workers <= 1:
+        _serve_the_box(settings, None)
         app = create_app(settings, concurrency=concurrency)
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log, lifespan="on")
         return
@@ -432,9 +433,12 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
     spec: dict[str, Any] = {"tokens_file": str(settings.tokens_file), "concurrency": concurrency, "workers": workers}
     held = replicas = None
     if settings.embedded_store:
-        held = open_store(settings)
+        from . import runtime
+
+        held = runtime.get_store(settings)
         replicas = settings.moonmind_home / REPLICAS_DIR / settings.collection
         spec |= {"source": str(held.hold()), "replicas": str(replicas)}  # store_busy here, before anything starts
+        _serve_the_box(settings, "the gateway's workers search frozen copies of it")
     scratch = Path(tempfile.mkdtemp(prefix="moonmind-gateway-"))
     try:
         spec["balance"] = str(balance.create_file(scratch / "connections", MAX_WORKERS))
@@ -447,8 +451,21 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if held is not None:
+            from .owner.server import stop_serving
+
+            stop_serving()
             shutil.rmtree(replicas, ignore_errors=True)
             held.close()
+
+
+def _serve_the_box(settings: Settings, read_only: str | None) -> None:
+    """The gateway owns the embedded store: it also answers this box's `moonmind` commands (owner/server.py)."""
+    from .owner.server import serve_store
+
+    try:
+        serve_store(settings, role="gateway", read_only=read_only)
+    except MoonmindError as err:
+        log.warning("not serving the embedded store to this box: %s %s", err.message, err.action)
 
 
 def worker_app() -> FastAPI:

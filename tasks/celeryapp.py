@@ -20,6 +20,7 @@ import threading
 import time
 
 from celery import Celery, bootsteps, signals
+from kombu import Queue
 
 from moonmind_worker import queue_client
 from moonmind_worker.errors import EXIT_CONFIG
@@ -48,6 +49,9 @@ def make_app(settings: Settings | None = None) -> Celery:
             queue_client.OVERLAY_CLEAN: {"queue": settings.index_queue},
             queue_client.SWEEP: {"queue": settings.index_queue},
         },
+        # every moonmind queue is declared, so `celery -A tasks worker` with no -Q consumes them all
+        # (Celery's habit); -Q still narrows a worker to some of them
+        task_queues=(Queue(settings.search_queue), Queue(settings.index_queue)),
         task_create_missing_queues=True,
         # one message at a time per process: a long index must not hold a prefetched search
         worker_prefetch_multiplier=1,
@@ -130,12 +134,32 @@ def warm_resources() -> None:
     started = time.perf_counter()
     embedder = runtime.get_embedder(settings)
     store = runtime.get_store(settings)
+    _serve_the_box(settings)
     try:
         store.info()  # opens the shard / the client connection now, not on the first search
     except Exception as exc:  # noqa: BLE001 - a missing collection is fine until the first index
         log.info("store not ready yet (%s); it will be opened on first use", type(exc).__name__)
     _warm["pid"] = os.getpid()
     log.info("warm: embedder %s and store ready in %.0f ms", embedder.name, (time.perf_counter() - started) * 1000)
+
+
+def _serve_the_box(settings: Settings) -> None:
+    """Own the embedded store and answer this box's `moonmind` commands on its socket (owner/server.py).
+
+    Why here: the worker process that runs the tasks is the one that can open the store, so it
+    is the one that must serve the CLI a job runs beside it (a solo worker blocked in a job task
+    still answers: the socket has its own thread).
+    """
+    from moonmind_worker.errors import MoonmindError
+    from moonmind_worker.owner.server import serve_store
+
+    try:
+        server = serve_store(settings, role="celery worker")
+    except MoonmindError as err:
+        log.warning("not serving the embedded store to this box: %s %s", err.message, err.action)
+        return
+    if server is not None:
+        log.info("serving the embedded store to this box's moonmind commands on %s", server.path)
 
 
 @signals.worker_process_init.connect
@@ -155,7 +179,7 @@ def _on_ready(sender=None, **_: object) -> None:
 def _on_shutdown(**_: object) -> None:
     from moonmind_worker import runtime
 
-    runtime.close_all()
+    runtime.close_all()  # stops serving the box too
 
 
 @signals.worker_process_shutdown.connect

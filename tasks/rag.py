@@ -1,4 +1,4 @@
-"""The RAG tasks: thin adapters over the same functions the CLI calls.
+"""The RAG tasks: thin adapters over the same operations the CLI runs (`moonmind_worker.owner.ops`).
 
 Arguments and results are the pydantic contracts as JSON, validated on both sides of the
 task: arguments on receipt (with the same function the sync CLI uses, e.g.
@@ -63,12 +63,16 @@ def _validate(model, data: Any, what: str):
         raise RagTaskError("invalid_argument", f"Invalid {what}: {exc.errors()[0]['msg']}.", "Fix the task arguments.") from None
 
 
-def _resources():
-    from moonmind_worker import runtime
+def _execute(op: str, args: dict) -> Any:
+    """Run `op` where the store is: here when this worker owns it, else on the box's owner (owner/ops.py).
+
+    Why not always here: a worker started beside another owner (`moonmind serve`, the gateway)
+    cannot open the embedded store; its tasks are then served by that owner instead of failing.
+    """
+    from moonmind_worker.owner.client import execute
     from moonmind_worker.settings import get_settings
 
-    settings = get_settings()
-    return settings, runtime.get_embedder(settings), runtime.get_store(settings)
+    return execute(get_settings(), op, args)
 
 
 def _retry_or_fail(task, err: MoonmindError):
@@ -81,18 +85,12 @@ def _retry_or_fail(task, err: MoonmindError):
 @app.task(name=queue_client.SEARCH, bind=True, soft_time_limit=30, time_limit=40)
 def search(self, query: dict) -> dict:
     """RetrievalQuery JSON → ContextPack JSON, through `pipeline.retrieve_context_pack`."""
-    from moonmind_worker.contracts import parse_query
-    from moonmind_worker.pipeline import retrieve_context_pack
-
     try:
-        q = parse_query(query)
-        settings, embedder, store = _resources()
-        pack = retrieve_context_pack(q, settings=settings, embedder=embedder, store=store)
+        return _execute("search", {"query": query})  # validated by `contracts.parse_query` where it runs
     except MoonmindError as err:
         raise _fail(err) from None
     except SoftTimeLimitExceeded:
         raise RagTaskError("task_timeout", "The search hit the worker's time limit (30 s).", "Narrow the query or check the store.") from None
-    return pack.model_dump(mode="json")
 
 
 @app.task(name=queue_client.INDEX, bind=True, soft_time_limit=3600, time_limit=3660, **WRITE_OPTIONS)
@@ -101,41 +99,31 @@ def index(self, request: dict) -> dict:
     from pathlib import Path
 
     from moonmind_worker.contracts import IndexRequest
-    from moonmind_worker.indexer import index_repository
 
     req = _validate(IndexRequest, request, "index request")
-    root = Path(req.path)
-    if not root.is_dir():
+    if not Path(req.path).is_dir():
         raise RagTaskError("invalid_argument", f"{req.path} is not a directory on the worker.", "Pass a path the worker can read (a shared workspace).")
     try:
-        settings, embedder, store = _resources()
-        summary = index_repository(root, repo=req.repo, tenant=req.tenant, settings=settings, embedder=embedder, store=store)
+        return _execute("index", {"path": req.path, "repo": req.repo, "tenant": req.tenant})
     except MoonmindError as err:
         _retry_or_fail(self, err)
     except SoftTimeLimitExceeded:
         raise RagTaskError("task_timeout", "Indexing hit the worker's time limit (1 h); progress is kept.", "Re-run: unchanged files are skipped.") from None
-    return summary.report().model_dump(mode="json")
 
 
 @app.task(name=queue_client.OVERLAY_UPSERT, bind=True, soft_time_limit=300, time_limit=330, **WRITE_OPTIONS)
 def overlay_upsert(self, request: dict) -> dict:
     """OverlayUpsertRequest JSON → OverlayReport JSON, through `overlay.upsert_overlay` (deterministic ids)."""
     from moonmind_worker.contracts import OverlayReport, OverlayUpsertRequest
-    from moonmind_worker.overlay import parse_duration, upsert_overlay
 
     req = _validate(OverlayUpsertRequest, request, "overlay upsert request")
     try:
-        ttl_s = parse_duration(req.ttl)
-        settings, embedder, store = _resources()
-        summary = upsert_overlay(
-            req.paths, root=req.root, run_id=req.run_id, ttl_s=ttl_s, repo=req.repo, tenant=req.tenant,
-            settings=settings, embedder=embedder, store=store,
-        )
+        report = _execute("overlay_upsert", req.model_dump(mode="json"))
     except MoonmindError as err:
         _retry_or_fail(self, err)
     except SoftTimeLimitExceeded:
         raise RagTaskError("task_timeout", "The overlay upsert hit the worker's time limit (5 min).", "Upsert fewer files per call.") from None
-    return OverlayReport(**summary.as_dict(), line=summary.line()).model_dump(mode="json")
+    return OverlayReport(**report).model_dump(mode="json")
 
 
 @app.task(name=queue_client.OVERLAY_CLEAN, bind=True, soft_time_limit=120, time_limit=150, **WRITE_OPTIONS)
@@ -157,13 +145,11 @@ def sweep_expired_overlays(self) -> dict:
 
 def _clean(task, request: dict) -> dict:
     from moonmind_worker.contracts import OverlayCleanRequest, OverlayCleanResult
-    from moonmind_worker.overlay import clean_overlay
 
     req = _validate(OverlayCleanRequest, request, "overlay clean request")
     try:
-        settings, _, store = _resources()
-        removed = clean_overlay(run_id=req.run_id, expired=req.expired, settings=settings, store=store)
+        result = _execute("overlay_clean", {"run_id": req.run_id, "expired": req.expired})
     except MoonmindError as err:
         _retry_or_fail(task, err)
-    return OverlayCleanResult(removed=removed, run_id=req.run_id, expired=req.expired).model_dump(mode="json")
+    return OverlayCleanResult(**result).model_dump(mode="json")
 

@@ -19,7 +19,7 @@ def register(groups: dict) -> None:
     p.add_argument("--json", action="store_true", help="print the updated manifest as JSON instead of the banner")
     p.set_defaults(_handler=cmd_start)
 
-    p = job.add_parser("finish", help="enqueue the overlay clean for the run and emit job_rag_finished")
+    p = job.add_parser("finish", help="remove the run's overlay (through the store's owner, else queued) and emit job_rag_finished")
     p.add_argument("--manifest", required=True, help="job manifest JSON (updated in place)")
     p.add_argument("--outcome", default="success", help="how the job ended (success, failure, …)")
     p.add_argument("--json", action="store_true", help="print the updated manifest as JSON")
@@ -91,6 +91,8 @@ def cmd_finish(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(manifest, indent=2) + "\n")
     elif "task_id" in clean:
         sys.stdout.write(f"overlay clean for run {clean['run_id']} queued: {clean['task_id']}\n")
+    elif "removed" in clean:
+        sys.stdout.write(f"removed {clean['removed']} overlay points of run {clean['run_id']}\n")
     else:
         note(f"overlay clean not queued: {clean.get('message') or clean.get('skipped')}")
     return 0

@@ -71,22 +71,15 @@ def cmd_upsert(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..overlay import parse_duration, upsert_overlay
-    from ..runtime import get_embedder, get_store
+    from ..overlay import parse_duration
+    from ..owner.client import execute
 
-    ttl_s = parse_duration(args.ttl)
-    summary = upsert_overlay(
-        paths,
-        root=root,
-        run_id=args.run_id or settings.run_id,
-        ttl_s=ttl_s,
-        repo=args.repo or settings.repo,
-        tenant=args.tenant or settings.tenant,
-        settings=settings,
-        embedder=get_embedder(settings),
-        store=get_store(settings),
-    )
-    return print_overlay_report({**summary.as_dict(), "line": summary.line()}, args)
+    parse_duration(args.ttl)  # a bad --ttl is refused here, before anything is sent
+    request = {
+        "paths": paths, "root": str(root.resolve()), "ttl": args.ttl, "run_id": args.run_id or settings.run_id,
+        "repo": args.repo or settings.repo, "tenant": args.tenant or settings.tenant,
+    }
+    return print_overlay_report(execute(settings, "overlay_upsert", request), args)
 
 
 def print_overlay_report(report: dict, args: argparse.Namespace) -> int:
@@ -154,10 +147,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     else:
         if args.no_wait:
             raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
-        from ..overlay import clean_overlay
-        from ..runtime import get_store
+        from ..owner.client import execute
 
-        removed = clean_overlay(run_id=run_id, expired=args.expired, settings=settings, store=get_store(settings))
+        removed = int(execute(settings, "overlay_clean", {"run_id": run_id, "expired": args.expired})["removed"])
     what = "expired overlay points" if args.expired else f"overlay points of run {run_id}"
     if args.json:
         sys.stdout.write(json.dumps({"removed": removed, "run_id": run_id, "expired": args.expired}) + "\n")
@@ -168,12 +160,11 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from ..cli import note
-    from ..overlay import list_overlay
-    from ..runtime import get_store
+    from ..owner.client import execute
     from ..settings import get_settings
 
     settings = get_settings()
-    rows = list_overlay(run_id=args.run_id or settings.run_id, settings=settings, store=get_store(settings))
+    rows = execute(settings, "overlay_list", {"run_id": args.run_id or settings.run_id})
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0

@@ -31,11 +31,9 @@ def register(groups: dict) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ..contracts import TOP_K_MAX, TOP_K_MIN, parse_query
+    from ..contracts import TOP_K_MAX, TOP_K_MIN
     from ..evaluation import format_report, load_queries, run_eval
-    from ..observe import no_artifacts
-    from ..pipeline import retrieve_context_pack
-    from ..runtime import get_embedder, get_store
+    from ..owner.client import execute
     from ..settings import get_settings
 
     if args.k < 1:
@@ -43,7 +41,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     top_k = args.top_k or min(max(args.k, TOP_K_MIN), TOP_K_MAX)
     queries = load_queries(args.queries)
     settings = get_settings()
-    embedder, store = get_embedder(settings), get_store(settings)
 
     def search(q) -> list[str]:
         filters = {}
@@ -52,12 +49,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             filters["repo"] = repo
         if settings.tenant:
             filters["tenant"] = settings.tenant
-        query = parse_query(
-            {"query": q.query, "top_k": top_k, "filters": filters, "score_threshold": args.score_threshold}
-        )
-        with no_artifacts():  # evaluation queries are not context an agent used
-            pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
-        return [item.source for item in pack.items]
+        request = {"query": q.query, "top_k": top_k, "filters": filters, "score_threshold": args.score_threshold}
+        # through the box's owner when one is alive (its latency is what agents get), else in this process;
+        # `record: False`: evaluation queries are not context an agent used
+        pack = execute(settings, "search", {"query": request, "record": False})
+        return [item["source"] for item in pack["items"]]
 
     report = run_eval(queries, search, k=args.k, top_k=top_k)
     if args.json:
@@ -68,24 +64,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from ..runtime import get_embedder, get_store
+    from ..owner.client import execute
     from ..settings import get_settings
-    from ..stats import collect_stats, format_stats
 
     settings = get_settings()
     root = Path(args.root) if args.root else None
     if root is not None and not root.is_dir():
         raise MoonmindError("invalid_argument", f"{args.root} is not a directory.", "Pass the indexed tree's root.")
-    stats = collect_stats(
-        repo=args.repo,
-        tenant=args.tenant or settings.tenant,
-        root=root,
-        settings=settings,
-        embedder=get_embedder(settings),
-        store=get_store(settings),
-    )
+    request = {"repo": args.repo, "tenant": args.tenant or settings.tenant, "root": str(root.resolve()) if root else None}
+    out = execute(settings, "stats", request)
     if args.json:
-        sys.stdout.write(json.dumps(stats.to_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(out["stats"], indent=2) + "\n")
     else:
-        sys.stdout.write(format_stats(stats))
+        sys.stdout.write(out["text"])
     return 0

@@ -23,8 +23,7 @@ from typing import Any
 
 from ..errors import MoonmindError
 
-#: ContextPack keys the CLI relies on (see `expect_keys`; tests keep them within the contract).
-PACK_KEYS = ("context_text", "items", "filters", "retrieved_at", "telemetry_id", "notes")
+from ..transports.queue import PACK_KEYS  # noqa: E402,F401 - ContextPack keys the CLI relies on (tests keep them within the contract)
 #: IndexReport keys the CLI relies on.
 INDEX_REPORT_KEYS = ("repo", "tenant", "files_seen", "files_indexed", "chunks_written", "line")
 
@@ -199,84 +198,21 @@ def expect_keys(data: Any, keys: tuple[str, ...], what: str) -> dict[str, Any]:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    """One search over the transport the flags and settings choose (`transports.search`), printed once."""
     from ..settings import get_settings
+    from ..transports import search
 
     settings = get_settings()
-    transport = getattr(args, "transport", "direct")
-    if transport == "auto":
-        transport = "gateway" if settings.retrieval_url else "direct"
-    if transport == "direct" and execution_mode(args) == "queue":
-        return print_pack(search_queued(query_request(args), args), args)
-    query = query_from_args(args)
-    if transport == "direct":
-        pack = search_direct(query, settings)
-    else:
-        pack = search_gateway(query, settings, args.fallback or settings.retrieval_fallback)
-    return print_pack(pack.model_dump(mode="json"), args)
-
-
-def search_direct(query, settings):
-    from ..pipeline import retrieve_context_pack
-    from ..runtime import get_embedder, get_store
-
-    query = query.model_copy(update={"transport": "direct"})
-    return retrieve_context_pack(query, settings=settings, embedder=get_embedder(settings), store=get_store(settings))
-
-
-def direct_available(settings) -> bool:
-    """Direct retrieval can run here: a Qdrant URL is configured, or the embedded store holds the collection."""
-    return bool(settings.qdrant_url) or (settings.data_dir / settings.collection / "meta.json").exists()
-
-
-def search_gateway(query, settings, fallback: str):
-    """One POST to the gateway; on a gateway failure, direct retrieval when it is available and allowed."""
-    from ..cli import note
-    from ..gateway_client import FALLBACK_CODES, fetch_pack
-
-    if not settings.retrieval_url:
-        raise MoonmindError(
-            "missing_credentials",
-            "--transport gateway needs MOONMIND_RETRIEVAL_URL (the RetrievalGateway's base URL).",
-            "Export MOONMIND_RETRIEVAL_URL=https://gateway.example:8088, or use --transport direct.",
-        )
-    if settings.retrieval_token is None or not settings.retrieval_token.get_secret_value():
-        raise MoonmindError(
-            "missing_credentials",
-            "MOONMIND_RETRIEVAL_TOKEN is not set; the RetrievalGateway needs the worker's bearer token.",
-            "Export MOONMIND_RETRIEVAL_TOKEN (ask the gateway operator: `moonmind gateway add-token`).",
-        )
-    try:
-        pack = fetch_pack(query, url=settings.retrieval_url, token=settings.retrieval_token.get_secret_value())
-    except MoonmindError as err:
-        if err.code not in FALLBACK_CODES or fallback != "direct" or not direct_available(settings):
-            raise
-        from ..errors import redact
-
-        note(
-            redact(f"the RetrievalGateway failed ({err.code}: {err.message}); falling back to direct retrieval "
-                   "(--no-fallback to disable)", settings.secrets())
-        )
-        return search_direct(query, settings)
-    from ..observe import record_pack
-
-    try:
-        record_pack(pack, settings)  # "Context used" belongs to this worker's run, not to the gateway host
-    except Exception:  # noqa: BLE001 - caching never fails a search
-        pass
-    return pack
-
-
-def search_queued(request: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """The ContextPack JSON for `request`, computed (and the request validated) by a warm worker."""
-    from ..queue_client import SEARCH
-    from ..settings import get_settings
-
-    budgets = request.get("budgets") or {}
-    data = run_queued(
-        SEARCH, {"query": request}, queue=get_settings().search_queue,
-        timeout_s=queue_timeout(args, budgets.get("latency_ms")),
+    request = query_request(args)
+    execution = execution_mode(args)
+    timeout_s = None
+    if execution == "queue" or args.timeout is not None:
+        timeout_s = queue_timeout(args, (request.get("budgets") or {}).get("latency_ms"))
+    pack = search(
+        request, settings=settings, transport=getattr(args, "transport", "direct"), execution=execution,
+        fallback=args.fallback, timeout_s=timeout_s,
     )
-    return expect_keys(data, PACK_KEYS, "a ContextPack")
+    return print_pack(pack, args)
 
 
 def print_index_report(report: dict[str, Any], args: argparse.Namespace) -> int:
@@ -308,20 +244,12 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..indexer import index_repository, tty_progress
-    from ..runtime import get_embedder, get_store
+    from ..indexer import tty_progress
+    from ..owner.client import execute
 
     root = Path(args.path)
     if not root.is_dir():
         raise MoonmindError("invalid_argument", f"{args.path} is not a directory.", "Pass the root of the repository to index.")
-    store = get_store(settings)
-    summary = index_repository(
-        root,
-        repo=args.repo,
-        tenant=tenant,
-        settings=settings,
-        embedder=get_embedder(settings),
-        store=store,
-        progress=tty_progress(),
-    )
-    return print_index_report(summary.report().model_dump(mode="json"), args)
+    request = {"path": str(root.resolve()), "repo": args.repo, "tenant": tenant}
+    report = execute(settings, "index", request, progress=tty_progress())
+    return print_index_report(report, args)

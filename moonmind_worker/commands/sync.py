@@ -20,19 +20,17 @@ def register(groups: dict) -> None:
 
 
 def cmd_sync_embedding(args: argparse.Namespace) -> int:
-    from ..runtime import get_embedder, get_store
-    from ..settings import get_settings
     from ..indexer import tty_progress
-    from ..sync import sync_embedding
+    from ..owner.client import execute
+    from ..settings import get_settings
 
     settings = get_settings()
-    embedder = get_embedder(settings)
-    store = get_store(settings, args.collection)
-    result = sync_embedding(
-        store, embedder, batch_size=settings.embedding_batch_size, dry_run=args.dry_run, progress=tty_progress(unit="chunks re-embedded")
+    out = execute(
+        settings, "sync_embedding", {"collection": args.collection, "dry_run": args.dry_run},
+        collection=args.collection, progress=tty_progress(unit="chunks re-embedded"),
     )
     if args.json:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(out["result"], indent=2) + "\n")
     else:
-        sys.stdout.write((result.plan.line() if args.dry_run else result.line()) + "\n")
+        sys.stdout.write(out["line"] + "\n")
     return 0

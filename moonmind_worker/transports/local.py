@@ -1,0 +1,32 @@
+"""Retrieval on this box: the warm owner of the embedded store when one is alive, else this process.
+
+Either way the same function (`owner.ops.search`) runs the pipeline, so the pack is the
+same; through the owner, this process imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Extra wait past a latency budget, so the owner's own latency_budget_exceeded (with its measurement) arrives.
+GRACE_S = 0.5
+
+
+class LocalTransport:
+    name = "local"
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+        from ..owner.client import execute
+
+        budgets = request.get("budgets") or {}
+        if timeout_s is None and budgets.get("latency_ms"):
+            timeout_s = budgets["latency_ms"] / 1000 + GRACE_S
+        return execute(self.settings, "search", {"query": request}, timeout_s=timeout_s)
+
+
+def local_available(settings: Any) -> bool:
+    """Retrieval can run on this box: a Qdrant URL is configured, or the embedded store holds the collection."""
+    return bool(settings.qdrant_url) or (settings.data_dir / settings.collection / "meta.json").exists()
