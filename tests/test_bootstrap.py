@@ -198,7 +198,8 @@ def job_app(env, monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
-def test_celery_job_task_sees_the_capability_and_its_environment_then_its_overlay_is_cleaned(indexed, job_app, bus, tmp_path):
+def test_celery_job_task_sees_the_capability_and_its_environment_then_its_overlay_is_cleaned_at_once(indexed, job_app, bus, tmp_path):
+    """The worker owns the store, so the job's end removes the run's overlay right there (nothing left queued)."""
     from celery.contrib.testing.worker import start_worker
 
     from moonmind_worker import runtime
@@ -220,11 +221,9 @@ def test_celery_job_task_sees_the_capability_and_its_environment_then_its_overla
     with start_worker(app, pool="solo", perform_ping_check=False, queues=[sq, iq], shutdown_timeout=10):
         assert app.send_task("test.job.run", kwargs={"manifest": m}, queue=sq).get(timeout=60) == "done"
         got = bus("rag_capability_resolved", "job_rag_finished")
-        clean_id = got["job_rag_finished"]["overlay_clean"]["task_id"]
-        cleaned = app.AsyncResult(clean_id).get(timeout=60)
     assert seen == {"capability": "direct-qdrant", "env_job_id": "job-celery", "snippet": SNIPPET}
     assert got["rag_capability_resolved"]["job_id"] == "job-celery"
-    assert cleaned == {"removed": overlay, "run_id": "run-celery", "expired": False}
+    assert got["job_rag_finished"]["overlay_clean"] == {"removed": overlay, "run_id": "run-celery"}
     assert store.count(Where(must=(Match("run_id", "run-celery"),))) == 0
 
 
