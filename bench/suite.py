@@ -321,6 +321,21 @@ class Suite:
         self.add("`rag search --execution sync` wall (embedded store)", "ms", walls, "≤ 500 ms", percentile(walls, 50) <= 500)
         self.add("peak memory, CLI `rag search` sync", "MiB", rss)
 
+    def bench_owner(self) -> None:
+        """CLI `rag search` beside `moonmind serve` on the same index (bench/owner.py; Django: `python -m bench.owner`)."""
+        from .owner import measure
+
+        f = measure(self.home, rounds=1 if self.quick else 2, tenant="bench", clients=2 if self.quick else 8,
+                    per_client=2 if self.quick else 5)
+        self.add("`rag search` served by the box's owner (`moonmind serve`)", "ms", [f["owner_p50_ms"]],
+                 "p50 ≤ 80 ms, ≤ ×0.20 of one-shot", f["owner_p50_ms"] <= 80 and f["ratio"] <= 0.2,
+                 f"one-shot on the same index: p50 {fmt(f['one_shot_p50_ms'])} ms (×{f['ratio']:.2f})")
+        self.add("peak memory, CLI `rag search` through the owner", "MiB", [f["client_rss_mib"]], "≤ 40 MiB",
+                 f["client_rss_mib"] <= 40)
+        self.add(f"{f['concurrent_clients']} CLI clients at once against one owner, p95", "ms", [f["concurrent_p95_ms"]],
+                 "no error", f["concurrent_errors"] == 0,
+                 f"{f['concurrent_searches']} searches, {f['concurrent_errors']} errors, p50 {fmt(f['concurrent_p50_ms'])} ms")
+
     def bench_cli_queue(self) -> None:
         tag = uuid.uuid4().hex[:8]
         sq, iq = f"bench-search-{tag}", f"bench-index-{tag}"
@@ -599,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="repeats per figure (default 3, quick 2)")
     ap.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"), help="markdown file to update")
     ap.add_argument("--json", default=None, help="also write the raw figures as JSON here")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["index", "inprocess", "sweep", "sync", "queue", "gateway", "growth"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["index", "inprocess", "sweep", "sync", "owner", "queue", "gateway", "growth"])
     args = ap.parse_args(argv)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="moonmind-bench-") as tmp:
@@ -610,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
             ("inprocess", lambda: suite.bench_in_process(corpus)),
             ("sweep", suite.bench_ttl_sweep),
             ("sync", suite.bench_cli_sync),
+            ("owner", suite.bench_owner),
             ("queue", suite.bench_cli_queue),
             ("gateway", lambda: suite.bench_gateway(corpus)),
             ("growth", suite.bench_growth),

@@ -1,0 +1,178 @@
+"""The one-warm-owner figures: CLI `rag search` one-shot vs served by `moonmind serve`, on one index.
+
+`python -m bench.owner` indexes the Django 5.1.4 source (fetched once with `pip download
+--no-deps --no-binary :all: django==5.1.4` into bench/corpus/, never committed) into a
+scratch MOONMIND_HOME and measures, for the same queries on the same index:
+
+* one-shot `rag search` wall and peak RSS (no owner: the process opens the store itself);
+* the same command beside `moonmind serve` (the owner answers over its socket);
+* 8 CLI clients at once against that owner: errors (must be none) and p50/p95 wall.
+
+`--home DIR` measures an index that exists already (the suite passes its own).
+Figures are whole-process walls from `measure.run_measured` (launcher overhead excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .measure import fmt, percentile, run_measured
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+MOONMIND = str(BIN / "moonmind")
+CORPUS_DIR = ROOT / "bench" / "corpus"
+DJANGO = "django==5.1.4"
+QUERIES = [
+    "how are query strings parsed", "where is the csrf token checked", "database connection pooling",
+    "template variable resolution", "migration autodetector renames", "password hashing algorithms",
+    "middleware order", "paginate a queryset", "send_mail", "QuerySet.select_related",
+]
+
+
+def django_source() -> Path:
+    """The Django 5.1.4 source tree (the sdist, unpacked once under bench/corpus/)."""
+    dest = CORPUS_DIR / "django-5.1.4-src"
+    if not (dest / "django").is_dir():
+        with tempfile.TemporaryDirectory() as dl:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", DJANGO,
+                            "-d", dl], check=True, capture_output=True)
+            archive = next(Path(dl).glob("*.tar.gz"))
+            with tarfile.open(archive) as tar:
+                tar.extractall(dl, filter="data")
+            top = next(p for p in Path(dl).iterdir() if p.is_dir())
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(top), dest)
+    return dest
+
+
+def env_for(home: Path) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("MOONMIND_", "QDRANT_", "CELERY_"))}
+    e["MOONMIND_HOME"] = str(home)
+    return e
+
+
+def searches(env: dict[str, str], rounds: int, tenant: str | None) -> tuple[list[float], list[float]]:
+    """Wall (ms) and peak RSS (MiB) of `rounds` passes over QUERIES, one process each."""
+    walls, rss = [], []
+    for _ in range(rounds):
+        for q in QUERIES:
+            args = [MOONMIND, "rag", "search", "--query", q] + (["--filters", f"tenant={tenant}"] if tenant else [])
+            r = run_measured(args, env)
+            if r.code != 0:
+                raise RuntimeError(f"rag search failed ({r.code}): {r.stderr[-600:]}")
+            walls.append(r.wall_s * 1000)
+            rss.append(r.maxrss_mib)
+    return walls, rss
+
+
+def concurrent(env: dict[str, str], clients: int, per_client: int, tenant: str | None) -> tuple[int, list[float]]:
+    """`clients` CLI processes at once, each running `per_client` searches: (errors, walls in ms)."""
+    def one(i: int) -> tuple[int, float]:
+        q = QUERIES[i % len(QUERIES)]
+        args = [MOONMIND, "rag", "search", "--query", q] + (["--filters", f"tenant={tenant}"] if tenant else [])
+        t0 = time.perf_counter()
+        p = subprocess.run(args, env=env, capture_output=True, timeout=120)
+        return p.returncode, (time.perf_counter() - t0) * 1000
+
+    with ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(one, range(clients * per_client)))
+    return sum(1 for code, _ in results if code != 0), [w for _, w in results]
+
+
+def start_owner(env: dict[str, str], home: Path, collection: str = "moonmind__repo") -> subprocess.Popen:
+    proc = subprocess.Popen([MOONMIND, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    sock = home / "qdrant-edge" / collection / "owner.sock"
+    deadline = time.monotonic() + 120
+    while not sock.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("moonmind serve did not start")
+        time.sleep(0.05)
+    return proc
+
+
+def stop_owner(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def measure(home: Path, *, rounds: int = 3, tenant: str | None = None, clients: int = 8, per_client: int = 5) -> dict:
+    """Every figure of this script on the index under `home` (no owner may be running on it)."""
+    env = env_for(home)
+    searches(env, 1, tenant)  # page cache warm for both paths
+    one_walls, one_rss = searches(env, rounds, tenant)
+    owner = start_owner(env, home)
+    try:
+        searches(env, 1, tenant)  # the owner's payload cache warm, as after an agent's first calls
+        own_walls, own_rss = searches(env, rounds, tenant)
+        errors, conc = concurrent(env, clients, per_client, tenant)
+    finally:
+        stop_owner(owner)
+    return {
+        "one_shot_p50_ms": percentile(one_walls, 50), "one_shot_p95_ms": percentile(one_walls, 95),
+        "one_shot_rss_mib": max(one_rss),
+        "owner_p50_ms": percentile(own_walls, 50), "owner_p95_ms": percentile(own_walls, 95),
+        "client_rss_mib": max(own_rss),
+        "ratio": percentile(own_walls, 50) / percentile(one_walls, 50),
+        "concurrent_clients": clients, "concurrent_searches": clients * per_client, "concurrent_errors": errors,
+        "concurrent_p50_ms": percentile(conc, 50), "concurrent_p95_ms": percentile(conc, 95),
+        "searches": len(own_walls),
+    }
+
+
+def table(figures: dict, corpus: str) -> list[str]:
+    f = figures
+    return [
+        f"| `rag search` one-shot wall ({corpus}) | p50 {fmt(f['one_shot_p50_ms'])} ms, p95 {fmt(f['one_shot_p95_ms'])} ms | — |",
+        f"| `rag search` served by `moonmind serve` ({corpus}) | p50 {fmt(f['owner_p50_ms'])} ms, p95 "
+        f"{fmt(f['owner_p95_ms'])} ms (×{f['ratio']:.2f} of one-shot) | p50 ≤ 80 ms and ≤ ×0.20 |",
+        f"| peak RSS, one-shot CLI | {fmt(f['one_shot_rss_mib'])} MiB | — |",
+        f"| peak RSS, thin client (owner serving) | {fmt(f['client_rss_mib'])} MiB | ≤ 40 MiB |",
+        f"| {f['concurrent_clients']} CLI clients at once, {f['concurrent_searches']} searches | "
+        f"{f['concurrent_errors']} errors; p50 {fmt(f['concurrent_p50_ms'])} ms, p95 {fmt(f['concurrent_p95_ms'])} ms | no error |",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.owner", description=__doc__.splitlines()[0])
+    ap.add_argument("--home", default=None, help="an indexed MOONMIND_HOME to measure (default: index Django 5.1.4)")
+    ap.add_argument("--rounds", type=int, default=3, help="passes over the 10 queries per path (default 3)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="moonmind-owner-bench-") as tmp:
+        home = Path(args.home) if args.home else Path(tmp) / "home"
+        corpus = "the index under --home"
+        if args.home is None:
+            src = django_source()
+            r = run_measured([MOONMIND, "rag", "index", str(src), "--repo", "django", "--json"], env_for(home), timeout=3600)
+            if r.code != 0:
+                raise RuntimeError(r.stderr[-800:])
+            report = json.loads(r.stdout)
+            corpus = f"Django 5.1.4 source, {report['chunks_written']:,} chunks"
+            sys.stderr.write(f"[owner bench] indexed {corpus} in {report['seconds']:.1f}s\n")
+        figures = measure(home, rounds=args.rounds)
+    if args.json:
+        print(json.dumps(figures | {"corpus": corpus}, indent=2))
+    else:
+        print("\n".join(table(figures, corpus)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
