@@ -53,6 +53,7 @@ class Suite:
         self.tables: dict[str, list[str]] = {}
         self.notes: list[str] = []
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(("MOONMIND_", "QDRANT_", "CELERY_"))}
+        self.base_env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode cached; measure that
         self.home = work / "home"
 
     # -- helpers -------------------------------------------------------------

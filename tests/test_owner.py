@@ -397,3 +397,29 @@ def test_a_running_gateway_serves_the_boxs_commands_too(indexed, cli, env, home,
     finally:
         gw.stop()
     assert not socket_of(home).exists()  # a gateway that stops takes its socket with it
+
+
+def test_the_command_table_names_the_module_that_registers_each_command():
+    """`cli.COMMANDS` lets a command build only its own parser; it must match what the modules register."""
+    import argparse
+
+    from moonmind_worker.cli import COMMANDS, build_parser
+
+    registered = set()
+    root = build_parser()
+    for action in root._subparsers._group_actions:
+        for group, sub in action.choices.items():
+            inner = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+            if not inner:
+                registered.add((group, ""))
+            for a in inner:
+                registered.update((group, name) for name in a.choices)
+    assert registered == set(COMMANDS)
+
+
+def test_a_command_with_its_own_parser_only_parses_like_the_full_one():
+    from moonmind_worker.cli import build_parser
+
+    argv = ["rag", "search", "--query", "x", "--top-k", "3", "--filters", "repo=a"]
+    full, own = build_parser().parse_args(argv), build_parser(argv).parse_args(argv)
+    assert vars(full) == {**vars(own), "_group_parser": vars(full)["_group_parser"]}

@@ -18,12 +18,16 @@ imports no numpy, pydantic, qdrant, celery or fastapi.
 
 from __future__ import annotations
 
+import _socket  # the C module under `socket`: the Python wrapper pulls in enum and selectors, ~5 ms of a ~60 ms call
 import os
-import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    Progress = Callable[[int, int], None]
 
 from ..errors import MoonmindError
 from . import protocol
@@ -35,7 +39,6 @@ AUTO_START_S = 20.0
 #: The scope fields a client's requests carry (the owner reports and caches under the client's job).
 SCOPE_FIELDS = ("job_id", "run_id", "repo", "tenant")
 
-Progress = Callable[[int, int], None]
 
 
 class OwnerGone(Exception):
@@ -57,7 +60,7 @@ def owner_pid(path: Path) -> str:
 class Owner:
     """A connection to the live owner of one collection."""
 
-    def __init__(self, sock: socket.socket, path: Path) -> None:
+    def __init__(self, sock: _socket.socket, path: Path) -> None:
         self.sock = sock
         self.path = path
 
@@ -84,7 +87,7 @@ class Owner:
                 self.sock.settimeout(wait)
                 try:
                     message = reader.read()
-                except (socket.timeout, TimeoutError):
+                except TimeoutError:  # what a socket timeout raises
                     if deadline is not None and time.monotonic() >= deadline:
                         raise self._timeout(op, timeout_s) from None
                     raise self._silent(op) from None
@@ -141,7 +144,7 @@ def connect(data_dir: Path, collection: str, timeout_s: float = CONNECT_S) -> Ow
         return None
     except OSError:
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:
         protocol.at_short_path(path, sock.connect)
@@ -149,7 +152,7 @@ def connect(data_dir: Path, collection: str, timeout_s: float = CONNECT_S) -> Ow
         sock.close()
         _remove_stale(path, inode)
         return None
-    except (FileNotFoundError, PermissionError, socket.timeout, TimeoutError, OSError):
+    except OSError:
         # gone meanwhile, another user's owner (one-shot then reports the store as busy), or
         # an owner too busy to accept: one-shot waits for the lock, which is bounded too
         sock.close()

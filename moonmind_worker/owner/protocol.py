@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+if TYPE_CHECKING:
+    import socket
+    from typing import Any, Callable, TypeVar
+
+    T = TypeVar("T")
 
 VERSION = 1
 SOCKET_NAME = "owner.sock"
@@ -31,7 +35,6 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 #: AF_UNIX paths are limited to 108 bytes; longer ones are reached through /proc/self/fd.
 _MAX_PATH = 100
 
-T = TypeVar("T")
 
 
 def socket_path(data_dir: Path, collection: str) -> Path:

@@ -16,17 +16,18 @@ through one function. Selection and fallback live here, once:
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 from ..errors import MoonmindError
 
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+if TYPE_CHECKING:
+    from typing import Any, Protocol
 
-class Transport(Protocol):
-    name: str
+    class Transport(Protocol):
+        name: str
 
-    def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-        """The ContextPack JSON for `request` (RetrievalQuery fields); MoonmindError on failure."""
-        ...
+        def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+            """The ContextPack JSON for `request` (RetrievalQuery fields); MoonmindError on failure."""
+            ...
 
 
 def select(settings: Any, transport: str = "auto", execution: str = "sync") -> Transport:

@@ -6,7 +6,9 @@ same; through the owner, this process imports nothing but the standard library.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Extra wait past a latency budget, so the owner's own latency_budget_exceeded (with its measurement) arrives.
 GRACE_S = 0.5

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: ContextPack keys the CLI relies on (the worker validated the contract; this is the cheap version check).
 PACK_KEYS = ("context_text", "items", "filters", "retrieved_at", "telemetry_id", "notes")
