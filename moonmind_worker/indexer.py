@@ -9,7 +9,6 @@ Point ids are deterministic, so re-running after a crash never duplicates.
 from __future__ import annotations
 
 import hashlib
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -229,26 +228,3 @@ def index_repository(
     store.flush()
     summary.seconds = time.perf_counter() - started
     return summary
-
-
-def tty_progress(stream=None, unit: str = "files") -> Callable[[int, int], None] | None:
-    """A one-line progress bar on a terminal, nothing otherwise (stream: the current sys.stderr by default)."""
-    stream = stream if stream is not None else sys.stderr
-    if not stream.isatty():
-        return None
-    last = [0.0]
-
-    def show(done: int, total: int) -> None:
-        now = time.monotonic()
-        if done != total and now - last[0] < 0.1:
-            return
-        last[0] = now
-        width = 30
-        filled = int(width * done / max(total, 1))
-        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {unit}")
-        if done == total:
-            stream.write("\n")
-        stream.flush()
-
-    return show
-

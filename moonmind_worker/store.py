@@ -231,7 +231,9 @@ class EdgeStore:
                 raise MoonmindError(
                     "store_busy",
                     f"The embedded store {self.dir} is in use by PID {pid}{waited}.",
-                    "Run searches through the worker (--execution queue) or point QDRANT_URL at a Qdrant server.",
+                    "That process owns the store. If it serves this box (a Celery worker, the gateway, `moonmind "
+                    "serve`), moonmind commands use it by themselves unless MOONMIND_OWNER=off; otherwise stop it, "
+                    "or point QDRANT_URL at a Qdrant server for many processes.",
                 ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
@@ -400,7 +402,7 @@ class EdgeStore:
         from qdrant_edge import Prefetch, QueryBatchRequest, QueryRequest
 
         _refuse_if_expired(deadline)
-        shard = self._open()
+        self._open()  # a missing collection fails here, before the requests are built
         requests, plan = [], []
         for s in specs:
             flt = _edge_filter(s.where)
@@ -516,7 +518,7 @@ class EdgeStore:
     def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]:
         from qdrant_edge import ScrollRequest
 
-        shard = self._open()
+        self._open()  # a missing collection fails here, not at the first batch
         offset = None
         flt = _edge_filter(where) if where else None
         with_payload = list(fields) if not isinstance(fields, bool) else fields

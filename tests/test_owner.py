@@ -20,6 +20,7 @@ import pytest
 
 from celery_helpers import CELERY, ROOT, purge, queue_env, redis, stop, unique_queues, wait_for_consumer
 from conftest import MOONMIND, write_tree
+from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 QUERY = ("rag", "search", "--query", "where is the bearer token checked", "--filters", "repo=demo", "tenant=acme")
 
@@ -423,3 +424,26 @@ def test_a_command_with_its_own_parser_only_parses_like_the_full_one():
     argv = ["rag", "search", "--query", "x", "--top-k", "3", "--filters", "repo=a"]
     full, own = build_parser().parse_args(argv), build_parser(argv).parse_args(argv)
     assert vars(full) == {**vars(own), "_group_parser": vars(full)["_group_parser"]}
+
+
+def test_sync_embedding_through_an_owner_switches_the_collection_it_keeps_serving(cli, prebuilt, env, home):
+    """The owner re-embeds with its own (new) model, keeps its hold through the sync, and serves the result."""
+    from http_servers import EmbeddingsServer
+
+    server = EmbeddingsServer(repeat=2)
+    hosted = {"MOONMIND_EMBEDDING_PROVIDER": "openai", "OPENAI_API_KEY": "sk-sync", "OPENAI_BASE_URL": server.base_url,
+              "MOONMIND_EMBEDDING_MODEL": "local-embed-512"}
+    proc = start_owner({**env, **hosted}, home)
+    try:
+        assert cli("rag", "search", "--query", "bearer token").code == 3  # the owner's model drifted from the collection
+        r = cli("rag", "sync-embedding", "--collection", "moonmind__repo")
+        assert r.code == 0, r.stderr
+        assert r.stdout.startswith("synced moonmind__repo:") and "local-embed-512" in r.stdout
+        r = cli("rag", "search", "--query", "where are bearer tokens checked", "--json")
+        assert r.code == 0, r.stderr
+        assert r.json()["items"][0]["source"] == "auth/tokens.py"
+        assert r.json()["items"][0]["model_version"] == "local-embed-512"
+        assert (socket_of(home).parent / "owner.lock").read_text().strip() == str(proc.pid)  # held throughout
+    finally:
+        stop(proc)
+        server.close()

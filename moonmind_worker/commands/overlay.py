@@ -71,10 +71,9 @@ def cmd_upsert(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..overlay import parse_duration
     from ..owner.client import execute
 
-    parse_duration(args.ttl)  # a bad --ttl is refused here, before anything is sent
+    # validated where it runs (owner or here, `owner.ops.overlay_upsert`), before anything is written
     request = {
         "paths": paths, "root": str(root.resolve()), "ttl": args.ttl, "run_id": args.run_id or settings.run_id,
         "repo": args.repo or settings.repo, "tenant": args.tenant or settings.tenant,

@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from ..errors import MoonmindError
+from ..transports.queue import PACK_KEYS  # noqa: F401 - ContextPack keys the CLI relies on (tests keep them within the contract)
+
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
     from typing import Any
-
-from ..errors import MoonmindError
-
-from ..transports.queue import PACK_KEYS  # noqa: E402,F401 - ContextPack keys the CLI relies on (tests keep them within the contract)
 #: IndexReport keys the CLI relies on.
 INDEX_REPORT_KEYS = ("repo", "tenant", "files_seen", "files_indexed", "chunks_written", "line")
 
@@ -166,13 +166,6 @@ def query_request(args: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
-def query_from_args(args: argparse.Namespace):
-    """The validated RetrievalQuery the flags describe (in-process paths; queue mode validates on the worker)."""
-    from ..contracts import parse_query
-
-    return parse_query(query_request(args))
-
-
 def print_pack(pack: dict[str, Any], args: argparse.Namespace) -> int:
     """Print a finished pack from its JSON-mode dict: the one rendering for every transport and execution mode."""
     import json
@@ -246,7 +239,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..indexer import tty_progress
+    from ..progress import tty_progress
     from ..owner.client import execute
 
     root = Path(args.path)

@@ -20,7 +20,7 @@ def register(groups: dict) -> None:
 
 
 def cmd_sync_embedding(args: argparse.Namespace) -> int:
-    from ..indexer import tty_progress
+    from ..progress import tty_progress
     from ..owner.client import execute
     from ..settings import get_settings
 

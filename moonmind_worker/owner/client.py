@@ -1,7 +1,7 @@
 """The thin client: find the box's owner by itself and hand it one operation.
 
 `execute(settings, op, args)` is what every command calls: the owner runs the operation
-when one is alive, otherwise this process runs it one-shot (`ops.run_local`), so a
+when one is alive, otherwise this process runs it one-shot (`ops.run`), so a
 command behaves the same beside a worker, a gateway or nothing. Found by itself, no flag:
 
 * socket alive → the owner answers;
@@ -211,7 +211,7 @@ def execute(
     settings: Any, op: str, args: dict[str, Any], *, collection: str | None = None,
     progress: Progress | None = None, timeout_s: float | None = None,
 ) -> Any:
-    """Run `op` on the box's owner when one is alive, else in this process (`ops.run_local`).
+    """Run `op` on the box's owner when one is alive, else in this process (`ops.run`).
 
     The answer is the same JSON either way, so a command prints it the same way.
     """
@@ -224,9 +224,9 @@ def execute(
             from ..cli import note
 
             note(f"the store's owner (PID {pid}) went away during {op}; running it in this process instead")
-    from .ops import run_local
+    from .ops import run
 
-    return run_local(op, args, settings, collection=collection, progress=progress)
+    return run(op, args, settings, progress=progress)
 
 
 def start_background_owner(settings: Any, collection: str) -> Owner | None:

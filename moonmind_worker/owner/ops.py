@@ -1,7 +1,7 @@
 """The operations a command needs from the store, one function each, whichever process runs them.
 
 The owner runs them for its clients (`server`); a one-shot command runs the same
-function in-process when no owner is alive (`client.execute` → `run_local`). Arguments
+function in-process when no owner is alive (`client.execute` → `run`). Arguments
 and results are JSON (a command prints the result the same way in both cases); the
 arguments carry absolute paths, because the owner's working directory is not the client's.
 """
@@ -115,15 +115,6 @@ def sync_embedding(settings, args: dict[str, Any], progress: Progress = None) ->
     return {"result": result.to_dict(), "line": result.plan.line() if args.get("dry_run") else result.line()}
 
 
-def hello(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
-    """Who answers: for `worker doctor` and tests."""
-    import os
-
-    from .server import current_role
-
-    return {"pid": os.getpid(), "role": current_role(), "collection": settings.collection, "model": settings.model_name}
-
-
 OPS: dict[str, Callable[..., Any]] = {
     "search": search,
     "index": index,
@@ -133,13 +124,12 @@ OPS: dict[str, Callable[..., Any]] = {
     "stats": stats,
     "checks": checks,
     "sync_embedding": sync_embedding,
-    "hello": hello,
 }
 WRITES = frozenset({"index", "overlay_upsert", "overlay_clean", "sync_embedding"})
 
 
 def run(op: str, args: dict[str, Any], settings, *, progress: Progress = None) -> Any:
-    """Run one operation in this process (writes one at a time)."""
+    """Run one operation in this process: for the owner's clients, or a one-shot command's own (writes one at a time)."""
     fn = OPS.get(op)
     if fn is None:
         raise MoonmindError("invalid_argument", f"Unknown operation {op!r}.", "Use the same moonmind-worker version for the CLI and the owner.")
@@ -147,8 +137,3 @@ def run(op: str, args: dict[str, Any], settings, *, progress: Progress = None) -
         with _WRITES:
             return fn(settings, args, progress)
     return fn(settings, args, progress)
-
-
-def run_local(op: str, args: dict[str, Any], settings, *, collection: str | None = None, progress: Progress = None) -> Any:
-    """A one-shot command's own run of `op` (no owner alive)."""
-    return run(op, args, settings, progress=progress)

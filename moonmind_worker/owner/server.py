@@ -20,7 +20,6 @@ import socket
 import struct
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from ..errors import MoonmindError
@@ -35,12 +34,7 @@ REQUEST_S = 10.0
 #: How often the accept loop wakes to check for stop / idle exit.
 _TICK_S = 0.25
 
-_role = {"name": "owner"}
 _current: dict[str, OwnerServer | None] = {"server": None}
-
-
-def current_role() -> str:
-    return _role["name"]
 
 
 def current_server() -> OwnerServer | None:
@@ -84,7 +78,6 @@ class OwnerServer:
         os.replace(tmp, self.path)
         self._inode = self.path.stat().st_ino
         self._listener = sock
-        _role["name"] = self.role
         _current["server"] = self
         self._thread = threading.Thread(target=self._accept_loop, name="moonmind-owner", daemon=True)
         self._thread.start()
@@ -329,7 +322,3 @@ def stop_serving() -> None:
     server = current_server()
     if server is not None:
         server.stop()
-
-
-def socket_file(settings: Any) -> Path:
-    return protocol.socket_path(settings.data_dir, settings.collection)
