@@ -8,6 +8,7 @@ files, vendored and generated directories.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterator
@@ -45,17 +46,47 @@ def is_binary(data: bytes) -> bool:
 
 
 def read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
-    """(text, None) or (None, reason it was skipped)."""
+    """(text, None) or (None, reason it was skipped).
+
+    Only regular files are read, and never more than `max_bytes` + 1: opening a FIFO would
+    block forever, and a device such as /dev/zero reports size 0 while its data never ends.
+    The file is opened non-blocking and checked on its open descriptor, so what is checked
+    is what is read.
+    """
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            return None, f"larger than {max_bytes} bytes"
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         return None, f"unreadable ({exc.strerror or type(exc).__name__})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file"
+        if st.st_size > max_bytes:
+            return None, f"larger than {max_bytes} bytes"
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or type(exc).__name__})"
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # it grew since the check
+        return None, f"larger than {max_bytes} bytes"
     if is_binary(data):
         return None, "binary"
     return data.decode("utf-8", errors="replace"), None
+
+
+def name_problem(name: str) -> str | None:
+    """Why a file or directory name cannot be stored as a path, or None.
+
+    A name that is not valid UTF-8 reaches Python with lone surrogates (PEP 383), which
+    neither the tokenizer nor a JSON payload can carry; such a file is skipped, not fatal.
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not valid UTF-8 (rename it to index it)"
+    return None
 
 
 def _gitignore(dirpath: Path, rel: str):
@@ -100,6 +131,12 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
             child = f"{rel}/{e.name}" if rel else e.name
             if e.is_symlink():
                 # never follow links: they can leave the tree or loop
+                continue
+            problem = name_problem(e.name)
+            if problem is not None:
+                if skipped is not None:
+                    shown = child.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                    skipped.append(Skipped(shown, problem))
                 continue
             if e.is_dir():
                 if e.name in SKIP_DIRS or e.name.endswith(".egg-info") or ignored(child, True):

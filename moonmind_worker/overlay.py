@@ -37,7 +37,7 @@ from .chunking import Chunk, chunk_text, language_of, sha256_text
 from .contracts import PAYLOAD_SCHEMA_VERSION, WORKSPACE_OVERLAY, ChunkPayload, RetrievalQuery
 from .embedding import Embedder
 from .errors import MoonmindError
-from .files import Skipped, excluded_reason, read_text
+from .files import Skipped, excluded_reason, name_problem, read_text
 from .guardrails import check_collection
 from .indexer import build_points, content_hash, point_id
 from .settings import Settings
@@ -246,7 +246,7 @@ def upsert_overlay(
     docs: list[tuple[str, str, list[Chunk]]] = []
     gone: list[str] = []
     for rel, path in targets:
-        reason = excluded_reason(root_path, rel)
+        reason = name_problem(rel) or excluded_reason(root_path, rel)
         if reason is not None:
             summary.skipped.append(Skipped(rel, reason))
             continue

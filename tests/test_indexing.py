@@ -147,3 +147,24 @@ def test_human_summary_is_one_line(cli, repo):
     r = cli("rag", "index", str(repo), "--repo", "demo")
     assert r.code == 0, r.stderr
     assert r.stdout.count("\n") == 1 and r.stdout.startswith("indexed repo=demo tenant=default:")
+
+
+def test_a_file_whose_name_is_not_utf8_is_skipped_and_the_rest_is_indexed(cli, repo):
+    """Such names exist in real trees; one of them must not stop the whole repository from indexing."""
+    import os
+
+    os.makedirs(os.fsencode(repo / "src"), exist_ok=True)
+    with open(os.fsencode(repo / "src") + b"/badname\xff.py", "wb") as f:
+        f.write(b"def badly_named(): pass\n")
+    os.makedirs(os.fsencode(repo) + b"/dir\xfe", exist_ok=True)
+    with open(os.fsencode(repo) + b"/dir\xfe/inside.py", "wb") as f:
+        f.write(b"def inside(): pass\n")
+    r = cli("rag", "index", str(repo), "--repo", "demo", "--json")
+    assert r.code == 0, r.stderr
+    report = r.json()
+    assert report["files_indexed"] == len(FIXTURE_FILES) and report["chunks_written"] > 0
+    reasons = {s["path"]: s["reason"] for s in report["skipped"]}
+    assert reasons == {"src/badname\ufffd.py": "its name is not valid UTF-8 (rename it to index it)",
+                       "dir\ufffd": "its name is not valid UTF-8 (rename it to index it)"}
+    hit = cli("rag", "search", "--query", "check_bearer_token", "--filters", "repo=demo", "--json").json()["items"][0]
+    assert hit["source"] == "auth/tokens.py"

@@ -513,3 +513,16 @@ def test_overlay_branches_keep_every_scope_condition_of_the_canonical_branch(wor
     overlay_hits = [h for h in merged[0] if h.payload["trust_class"] == WORKSPACE_OVERLAY]
     assert overlay_hits and {h.payload["tenant"] for h in overlay_hits} == {"acme"}
     assert {h.payload["tenant"] for h in merged[0]} == {"acme"}
+
+
+def test_special_files_are_skipped_never_read(edge_world, tmp_path):
+    """A FIFO would block the upsert forever and a device never ends: only regular files are read."""
+    import os
+
+    w = edge_world
+    os.mkfifo(w.root / "pipe.py")
+    s = w.upsert(["pipe.py", "docs/guide.md"])
+    assert {k.path: k.reason for k in s.skipped} == {"pipe.py": "not a regular file"}
+    assert s.files == ["docs/guide.md"]
+    s = w.upsert(["/dev/zero"], root=Path("/dev"))
+    assert {k.path: k.reason for k in s.skipped} == {"zero": "not a regular file"} and s.files == []
