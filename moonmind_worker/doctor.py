@@ -267,12 +267,28 @@ def _gateway_check(url: str, token: str | None, required: bool) -> Check:
 
 
 def _broker_check(url: str) -> Check:
-    from kombu import Connection
+    """The broker answers, within HTTP_TIMEOUT_S per wait: a broker that accepts TCP and then says
+    nothing (half-open, wedged, a wrong service on the port) must not hang a worker's job start.
 
+    Redis is asked PING with the standard-library client (a timeout on every read); other brokers
+    go through kombu with read and write timeouts as well as the connect timeout.
+    """
     shown = redact(url)
     try:
-        with Connection(url, connect_timeout=HTTP_TIMEOUT_S, transport_options={"max_retries": 0}) as conn:
-            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=HTTP_TIMEOUT_S)
+        if url.startswith(("redis://", "rediss://")):
+            from .queue_client import Redis
+
+            conn = Redis(url, HTTP_TIMEOUT_S)
+            try:
+                conn.command("PING")
+            finally:
+                conn.close()
+        else:
+            from kombu import Connection
+
+            options = {"max_retries": 0, "read_timeout": HTTP_TIMEOUT_S, "write_timeout": HTTP_TIMEOUT_S}
+            with Connection(url, connect_timeout=HTTP_TIMEOUT_S, transport_options=options) as conn:
+                conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=HTTP_TIMEOUT_S)
         return Check("broker", True, f"{shown}: reachable", required=False)
     except Exception as exc:  # noqa: BLE001 - any failure is "not reachable", reported without its text
         return Check("broker", False, f"{shown}: cannot connect ({type(exc).__name__})",

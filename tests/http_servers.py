@@ -181,3 +181,35 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class SilentServer:
+    """A TCP server on loopback that accepts every connection and never sends a byte (a wedged broker)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self._sock.settimeout(0.2)
+        self.port = self._sock.getsockname()[1]
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+                self._held.append(conn)
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        for c in self._held:
+            c.close()
+        self._sock.close()
