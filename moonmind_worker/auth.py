@@ -9,9 +9,12 @@ may read and an optional top_k ceiling:
 Why hashes: a leaked file grants nothing. Why compare every entry with
 `hmac.compare_digest`: the time taken does not depend on which (or whether a)
 token matched. The file is re-read when it changes (checked on each request by
-mtime/size/inode) or on SIGHUP; a reload swaps one immutable tuple, so requests
-in flight keep the grants they started with, and a broken file keeps the last
-good one (logged) instead of locking everybody out.
+mtime/size/inode/mode) or on SIGHUP; a reload swaps one immutable tuple, so requests
+in flight keep the grants they started with.
+
+It is a credential file, so it fails closed: a file that is deleted, emptied, broken or
+world-writable grants nothing (every token is refused, logged as an error) until it is
+fixed, rather than leaving the last grants in force, and a gateway does not start on one.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import logging
 import os
 import secrets
+import stat
 import threading
 from pathlib import Path
 
@@ -48,13 +52,27 @@ def load_token_file(path: Path) -> TokenFile:
     from pydantic import ValidationError
 
     try:
-        raw = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            raw = f.read()
     except FileNotFoundError:
         raise MoonmindError(
             "missing_credentials",
             f"Gateway token file {path} does not exist.",
             "Create it with `moonmind gateway add-token --name NAME --repo R --tenant T`.",
         ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MoonmindError(
+            "invalid_setting", f"Gateway token file {path} cannot be read ({type(exc).__name__}).",
+            "Make it a readable UTF-8 file (`moonmind gateway add-token` writes one).",
+        ) from None
+    if mode & stat.S_IWOTH:
+        raise MoonmindError(
+            "invalid_setting",
+            f"Gateway token file {path} is world-writable (mode {stat.S_IMODE(mode):o}): anyone on this host "
+            "could grant themselves access, so it is not used.",
+            f"chmod 600 {path} (add-token creates it 0600).",
+        )
     try:
         return TokenFile.model_validate(json.loads(raw))
     except (ValueError, ValidationError) as exc:
@@ -97,21 +115,21 @@ class TokenRegistry:
             st = self.path.stat()
         except OSError:
             return ()
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
 
     @property
     def grants(self) -> tuple[TokenGrant, ...]:
         return self._state[1]
 
     def reload(self) -> bool:
-        """Re-read the file; keep the last good grants when it is broken. True when reloaded."""
+        """Re-read the file; when it is missing or unusable, revoke every grant (fail closed). True when reloaded."""
         with self._lock:
             stamp = self._stamp()
             try:
                 grants = tuple(load_token_file(self.path).tokens)
             except MoonmindError as err:
-                log.warning("token file not reloaded, keeping %d grant(s): %s", len(self._state[1]), err.message)
-                self._state = (stamp, self._state[1])  # do not retry until it changes again
+                log.error("token file unusable, every token is refused until it is fixed: %s %s", err.message, err.action)
+                self._state = (stamp, ())  # not retried until it changes again
                 return False
             self._state = (stamp, grants)
             log.info("token file reloaded: %d grant(s)", len(grants))

@@ -395,6 +395,41 @@ def test_a_token_added_while_running_works_without_restart(world):
     assert post(world, {"query": QUERY}, token=token).status_code == 200
 
 
+@pytest.mark.parametrize("tamper", ["deleted", "emptied", "broken", "world-writable"])
+def test_a_token_file_that_is_deleted_emptied_broken_or_world_writable_revokes_every_token(world, tamper):
+    """A credential file fails closed: nothing it used to grant stays in force until it is fixed."""
+    path = world.gateway_home / "gateway-tokens.json"
+    original, mode = path.read_text(), path.stat().st_mode
+    assert post(world, {"query": QUERY}).status_code == 200
+    try:
+        if tamper == "deleted":
+            path.unlink()
+        elif tamper == "emptied":
+            path.write_text("")
+        elif tamper == "broken":
+            path.write_text(original[:-3])
+        else:
+            path.chmod(0o666)
+        assert_envelope(post(world, {"query": QUERY}), 401, "unauthenticated")
+        world.gw.proc.send_signal(signal.SIGHUP)  # a reload asked for explicitly changes nothing
+        time.sleep(0.2)
+        assert_envelope(post(world, {"query": QUERY}), 401, "unauthenticated")
+    finally:
+        path.write_text(original)
+        path.chmod(mode & 0o777)
+    assert post(world, {"query": QUERY}).status_code == 200
+    assert "every token is refused until it is fixed" in world.gw.logs()
+
+
+def test_a_gateway_does_not_start_on_a_world_writable_token_file(tmp_path):
+    home = tmp_path / "home"
+    env = clean_env(home)
+    add_token(env, "t", ["demo"], ["acme"])
+    (home / "gateway-tokens.json").chmod(0o666)
+    r = run_cli("gateway", "serve", "--port", "0", env=env, timeout=60)
+    assert r.returncode == 2 and "world-writable" in r.stderr and "chmod 600" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_sighup_reloads_the_token_file_without_dropping_requests(world):
     path = world.gateway_home / "gateway-tokens.json"
     original = path.read_text()
