@@ -140,6 +140,34 @@ def build_points(
     return points
 
 
+@dataclass
+class StoredFile:
+    """What the store holds of one file: its chunks' ids, content hashes, sequence numbers and totals."""
+
+    ids: set[str] = field(default_factory=set)
+    hashes: set[str] = field(default_factory=set)
+    seqs: set[int] = field(default_factory=set)
+    totals: set[int] = field(default_factory=set)
+
+    def add(self, point_id: str, payload: dict) -> None:
+        self.ids.add(point_id)
+        self.hashes.add(payload.get("content_hash", ""))
+        self.seqs.add(payload.get("chunk_sequence", -1))
+        self.totals.add(payload.get("total_chunks", -1))
+
+    def complete(self, content_hash: str) -> bool:
+        """Every chunk of exactly this version is stored, and nothing else.
+
+        Why not trust one chunk's hash: a run stopped between a batch's upsert and its
+        stale-chunk delete (a crash, a kill -9) leaves two versions of a file side by side;
+        the next run must see that and write the file again, not call it unchanged.
+        """
+        if self.hashes != {content_hash} or len(self.totals) != 1:
+            return False
+        total = next(iter(self.totals))
+        return len(self.ids) == total and self.seqs == set(range(total))
+
+
 def scope(repo: str, tenant: str) -> Where:
     return Where(must=(Match("tenant", tenant), Match("repo", repo), Match("trust_class", CANONICAL)))
 
@@ -165,13 +193,11 @@ def index_repository(
     recipe, scope_key = chunk_recipe(settings), f"{tenant}/{repo}"
     rechunk = recipes.get(scope_key) != recipe
 
-    # what is stored now: path -> (content hash, ids)
-    stored: dict[str, tuple[str, set[str]]] = {}
-    for hit in store.scroll(scope(repo, tenant), ["path", "content_hash"]):
-        path = hit.payload["path"]
-        h, ids = stored.get(path, (hit.payload.get("content_hash", ""), set()))
-        ids.add(hit.id)
-        stored[path] = (h, ids)
+    # what is stored now, per path: every chunk's version and place, so that a file is only
+    # "unchanged" when all of its chunks are of this version and none is missing
+    stored: dict[str, StoredFile] = {}
+    for hit in store.scroll(scope(repo, tenant), ["path", "content_hash", "chunk_sequence", "total_chunks"]):
+        stored.setdefault(hit.payload["path"], StoredFile()).add(hit.id, hit.payload)
 
     files = list(walk(root, summary.skipped))
     summary.files_seen = len(files)
@@ -200,7 +226,7 @@ def index_repository(
             continue
         fhash = content_hash(text)
         old = stored.pop(rel, None)
-        if old is not None and old[0] == fhash:
+        if old is not None and old.complete(fhash):
             if not rechunk:
                 summary.files_unchanged += 1
                 continue
@@ -211,14 +237,14 @@ def index_repository(
             continue
         summary.files_indexed += 1
         if old is not None:
-            stale.extend(old[1])
+            stale.extend(old.ids)
         pending.append((rel, fhash, chunks))
         pending_chunks += len(chunks)
         if pending_chunks >= batch_chunks:
             flush()
     flush()
     # files that are gone (or now ignored/skipped) lose their chunks
-    gone = [i for _, ids in stored.values() for i in ids]
+    gone = [i for f in stored.values() for i in f.ids]
     summary.files_deleted = len(stored)
     store.delete_ids(gone)
     summary.chunks_deleted += len(gone)
