@@ -111,6 +111,13 @@ def test_a_search_error_comes_back_in_the_same_envelope_and_exit_code(owner, cli
     assert r.error()["code"] == "invalid_query" and "Traceback" not in r.stderr
 
 
+def test_the_clients_own_top_k_and_threshold_settings_hold_through_the_owner(owner, cli):
+    r = cli(*QUERY, "--json", extra_env={"RAG_SIMILARITY_TOP_K": "2", "RAG_SCORE_THRESHOLD": "0"})
+    assert r.code == 0, r.stderr
+    pack = r.json()
+    assert (pack["top_k"], pack["score_threshold"], len(pack["items"])) == (2, 0.0, 2)
+
+
 def test_a_search_carries_the_clients_job_scope_into_its_cached_pack(owner, cli, home):
     r = cli(*QUERY, "--json", extra_env={"MOONMIND_RUN_ID": "run-scope", "MOONMIND_JOB_ID": "job-scope"})
     assert r.code == 0, r.stderr

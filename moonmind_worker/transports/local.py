@@ -23,6 +23,12 @@ class LocalTransport:
     def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         from ..owner.client import execute
 
+        # the caller's own RAG_SIMILARITY_TOP_K / RAG_SCORE_THRESHOLD, not the owner's: a job's environment
+        # decides its searches' defaults whichever process runs them (one-shot reads the same values)
+        fields_set = self.settings.model_fields_set
+        for key in ("top_k", "score_threshold"):
+            if request.get(key) is None and key in fields_set:
+                request = {**request, key: getattr(self.settings, key)}
         budgets = request.get("budgets") or {}
         if timeout_s is None and budgets.get("latency_ms"):
             timeout_s = budgets["latency_ms"] / 1000 + GRACE_S
