@@ -111,13 +111,7 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
     specs: list[tuple[str, object]] = []  # (base rel dir, spec) stack
 
     def ignored(rel: str, is_dir: bool) -> bool:
-        for base, spec in specs:
-            if base and not rel.startswith(base + "/"):
-                continue
-            sub = rel[len(base) + 1 :] if base else rel
-            if spec.match_file(sub + ("/" if is_dir else "")):
-                return True
-        return False
+        return _ignored_by(specs, rel, is_dir)
 
     def visit(dirpath: Path, rel: str) -> Iterator[tuple[str, Path]]:
         spec = _gitignore(dirpath, rel)
@@ -180,10 +174,19 @@ def excluded_reason(root: Path, rel: str) -> str | None:
         spec = _gitignore(root / base if base else root, base)
         if spec is not None:
             specs.append((base, spec))
-        child = "/".join(parts[: i + 1])
-        is_dir = i < len(parts) - 1
-        for b, sp in specs:
-            sub = child[len(b) + 1 :] if b else child
-            if sp.match_file(sub + ("/" if is_dir else "")):
-                return "ignored by .gitignore"
+        if _ignored_by(specs, "/".join(parts[: i + 1]), i < len(parts) - 1):
+            return "ignored by .gitignore"
     return None
+
+
+def _ignored_by(specs: list[tuple[str, object]], rel: str, is_dir: bool) -> bool:
+    """git's rule: the deepest .gitignore with a pattern matching `rel` decides, so a nested
+    `!*.log` re-includes what the root's `*.log` excluded (within that file, the last match wins)."""
+    for base, spec in reversed(specs):
+        if base and not rel.startswith(base + "/"):
+            continue
+        sub = rel[len(base) + 1 :] if base else rel
+        include = spec.check_file(sub + ("/" if is_dir else "")).include  # type: ignore[attr-defined]
+        if include is not None:
+            return include
+    return False

@@ -204,3 +204,21 @@ def test_a_run_stopped_between_upsert_and_stale_delete_is_repaired_by_the_next_r
     for name, _, chunks in docs:
         stored = next(f for f in stats["files"] if f["path"] == name)
         assert (stored["chunks"], stored["total_chunks"], stored["complete"]) == (len(chunks), len(chunks), True)
+
+
+def test_a_nested_gitignore_negation_re_includes_what_the_root_excluded(cli, repo):
+    """git's rule: the deepest .gitignore with a matching pattern decides."""
+    from moonmind_worker.files import excluded_reason
+
+    (repo / ".gitignore").write_text("*.log\n")
+    (repo / "debug.log").write_text("root level log line about the cache\n")
+    (repo / "logs").mkdir()
+    (repo / "logs" / ".gitignore").write_text("!*.log\n")
+    (repo / "logs" / "audit.log").write_text("audit trail entry for bearer token rotation\n")
+    s = _index(cli, repo)
+    stats = cli("rag", "stats", "--repo", "demo", "--tenant", "acme", "--json").json()
+    paths = {f["path"] for f in stats["files"]}
+    assert "logs/audit.log" in paths and "debug.log" not in paths
+    assert s["files_seen"] == len(FIXTURE_FILES) + 3  # both .gitignore files and logs/audit.log
+    assert excluded_reason(repo, "logs/audit.log") is None
+    assert excluded_reason(repo, "debug.log") == "ignored by .gitignore"
