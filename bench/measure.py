@@ -119,3 +119,16 @@ def self_peak_mib() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def stop_group(proc, wait_s: float = 30.0) -> None:
+    """SIGTERM a process started with start_new_session=True (and its children), SIGKILL if it lingers."""
+    import signal
+    import subprocess
+
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -27,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .measure import fmt, percentile, run_measured
+from .measure import fmt, percentile, run_measured, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -111,15 +110,6 @@ def start_owner(env: dict[str, str], home: Path, collection: str = "moonmind__re
     return proc
 
 
-def stop_owner(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def measure(home: Path, *, rounds: int = 3, tenant: str | None = None, clients: int = 8, per_client: int = 5) -> dict:
     """Every figure of this script on the index under `home` (no owner may be running on it)."""
     env = env_for(home)
@@ -131,7 +121,7 @@ def measure(home: Path, *, rounds: int = 3, tenant: str | None = None, clients: 
         own_walls, own_rss = searches(env, rounds, tenant)
         errors, conc = concurrent(env, clients, per_client, tenant)
     finally:
-        stop_owner(owner)
+        stop_group(owner)
     return {
         "one_shot_p50_ms": percentile(one_walls, 50), "one_shot_p95_ms": percentile(one_walls, 95),
         "one_shot_rss_mib": max(one_rss),

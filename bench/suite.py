@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from .measure import Figure, fmt, percentile, run_measured, vm_hwm_mib
+from .measure import Figure, fmt, percentile, run_measured, stop_group, vm_hwm_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -371,12 +370,7 @@ class Suite:
             self.add("peak memory, CLI `rag search` queue", "MiB", rss)
             self.add("peak memory, Celery worker (solo, warm)", "MiB", [vm_hwm_mib(worker.pid)])
         finally:
-            os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait()
+            stop_group(worker, 20)
             try:
                 from moonmind_worker.queue_client import queue_keys
 
@@ -466,12 +460,7 @@ class Suite:
                 self.add(f"gateway req/s at concurrency {level}, {workers} worker{'s' if workers > 1 else ''}", "req/s",
                          [w["rps"]], "≥ 200 req/s, p99 ≤ 100 ms", ok, f"p99 {fmt(w['p99_ms'])} ms, {duration} s of wrk")
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+            stop_group(server)
 
     # -- 4. growth --------------------------------------------------------------
     def growth(self, backend: str, points: int, budget_s: float, optimize: bool = True) -> dict:
