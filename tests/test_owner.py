@@ -202,21 +202,39 @@ def test_job_start_and_finish_beside_an_owner(owner, cli, tmp_path, home):
 # ------------------------------------------------------- finding the owner ---
 
 
-def test_an_owner_killed_mid_request_leaves_the_command_to_finish_one_shot(indexed, cli, env, home, tmp_path):
-    big = write_tree(tmp_path / "big", {f"pkg/mod_{i}.py": f"def handler_{i}(request):\n    return {i}\n" * 40 for i in range(400)})
-    proc = start_owner(env, home)
-    client = subprocess.Popen([MOONMIND, "rag", "index", str(big), "--repo", "big", "--json"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)  # the owner is now indexing for the client
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(10)
-    out, err = client.communicate(timeout=300)
-    assert client.returncode == 0, err
-    assert f"owner (PID {proc.pid}) went away during index; running it in this process instead" in err
-    assert json.loads(out)["files_seen"] == 400
-    r = cli(*QUERY, "--json")  # and the next call needs nothing: the socket is gone with its owner
-    assert r.code == 0 and r.json()["items"][0]["source"] == "auth/tokens.py"
-    assert not socket_of(home).exists()
+def test_an_owner_killed_mid_request_leaves_the_command_to_finish_one_shot(cli, env, home, tmp_path):
+    """The owner is killed with SIGKILL while it indexes for a client; the client finishes the index itself.
+
+    The embedder is a local OpenAI-compatible server that answers each batch after 0.3 s, so the
+    index certainly still runs when the kill lands (a warm static model could finish first).
+    """
+    from http_servers import EmbeddingsServer
+
+    server = EmbeddingsServer(repeat=2)
+    hosted = {**env, "MOONMIND_EMBEDDING_PROVIDER": "openai", "OPENAI_API_KEY": "sk-kill",
+              "OPENAI_BASE_URL": server.base_url, "MOONMIND_EMBEDDING_MODEL": "local-embed-512"}
+    big = write_tree(tmp_path / "big", {f"pkg/mod_{i}.py": f"def handler_{i}(request):\n    return {i}\n" * 40
+                                        for i in range(300)})
+    try:
+        proc = start_owner(hosted, home)
+        server.delay_s = 0.3
+        client = subprocess.Popen([MOONMIND, "rag", "index", str(big), "--repo", "big", "--json"], env=hosted,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)  # the owner is now indexing for the client, several batches from done
+        assert client.poll() is None
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        out, err = client.communicate(timeout=300)
+        assert client.returncode == 0, err
+        assert f"owner (PID {proc.pid}) went away during index; running it in this process instead" in err
+        assert json.loads(out)["files_seen"] == 300
+        server.delay_s = 0.0
+        r = cli("rag", "search", "--query", "handler_7", "--filters", "repo=big", "--json", extra_env=hosted)
+        assert r.code == 0, r.stderr  # the next call needs nothing: the socket went with its owner
+        assert r.json()["items"][0]["source"] == "pkg/mod_7.py"
+        assert not socket_of(home).exists()
+    finally:
+        server.close()
 
 
 def test_a_stale_socket_file_is_removed_and_the_command_runs_one_shot(indexed, cli, home):
