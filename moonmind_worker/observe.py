@@ -186,9 +186,23 @@ def budget_exceeded(budget_type: str, limit: Any, spent: Any, *, outcome: str, s
 
 
 def run_dir_name(run_id: str | None) -> str:
-    """A run id made safe as one directory name (no separators, no dot-files)."""
-    name = _UNSAFE_RUN.sub("_", run_id or "").strip("._")
-    return name[:128] or ADHOC_RUN
+    """A run id made safe as one directory name (no separators, no dot-files), one per run id.
+
+    An id that had to be changed to be safe (`a*b`, `a?b`, an id with a zero-width space) gets
+    a short hash of the original appended: otherwise two runs would share one directory and
+    each would list the other's packs as its own "Context used".
+    """
+    raw = run_id or ""
+    name = _UNSAFE_RUN.sub("_", raw).strip("._")[:128]
+    if not name:
+        return ADHOC_RUN if not raw else "run-" + _digest(raw)
+    return name if name == raw else f"{name[:119]}-{_digest(raw)}"
+
+
+def _digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
 def _settings(settings: Any):

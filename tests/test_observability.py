@@ -374,7 +374,7 @@ def test_artifacts_dir_is_configurable_and_run_ids_cannot_escape_it(mm, mm_index
     assert mm("rag", "search", "--query", "pool", "--json", extra_env=env).code == 0
     (cached,) = list(art.rglob("ctx_*.json"))
     assert cached.parent.parent.parent == art
-    assert cached.parent.parent.name == "etc"
+    assert cached.parent.parent.name.startswith("etc-")  # made safe, and told apart from a run really named "etc"
 
 
 def test_rag_packs_lists_the_packs_of_a_run_in_order(mm, mm_indexed):
@@ -532,3 +532,15 @@ def test_gateway_counts_requests_per_http_status(statsd_server, tmp_path):
         for status in (200, 400, 401)
     }
     assert counts == {200: 2, 400: 1, 401: 1}
+
+
+def test_run_ids_that_differ_only_in_unsafe_or_invisible_characters_get_their_own_artifacts_directory():
+    from moonmind_worker.observe import ADHOC_RUN, run_dir_name
+
+    ids = ["run-1", "run\u200b-1", "run-1\u200b", "a*b", "a?b", "a/b", "../x", "..", "./", "日本"]
+    names = [run_dir_name(i) for i in ids]
+    assert len(set(names)) == len(ids), names
+    assert run_dir_name("run-1") == "run-1" and run_dir_name("job-42.attempt_2") == "job-42.attempt_2"
+    assert run_dir_name(None) == run_dir_name("") == ADHOC_RUN
+    for name in names:
+        assert "/" not in name and not name.startswith(".") and len(name) <= 128
