@@ -13,13 +13,15 @@ import importlib
 import json
 import os
 import sys
+
+from .errors import EXIT_INTERNAL, EXIT_USAGE, MoonmindError
+
 #: Annotations only: `typing` costs ~3.5 ms of import on the thin client's path (owner/client.py),
 #: about 5% of a `rag search` served by the box's owner. mypy treats this constant like typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-from .errors import EXIT_INTERNAL, EXIT_USAGE, MoonmindError
 
 #: Command modules; each has `register(groups)` that adds its sub-commands.
 COMMAND_MODULES = [

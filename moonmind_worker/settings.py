@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+
+from .errors import MoonmindError, redact
+
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
     from typing import Any, Callable, ClassVar, Literal
 
     EmbeddingProvider = Literal["static", "openai", "google", "ollama"]
-
-from .errors import MoonmindError, redact
 
 
 #: Default model per provider, used when MOONMIND_EMBEDDING_MODEL is unset.

@@ -26,6 +26,7 @@ from ..transports.queue import PACK_KEYS  # noqa: F401 - ContextPack keys the CL
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
     from typing import Any
+
 #: IndexReport keys the CLI relies on.
 INDEX_REPORT_KEYS = ("repo", "tenant", "files_seen", "files_indexed", "chunks_written", "line")
 

@@ -23,14 +23,16 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from ..errors import MoonmindError
+from . import protocol
+
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
     from typing import Any, Callable
 
     Progress = Callable[[int, int], None]
 
-from ..errors import MoonmindError
-from . import protocol
 
 #: How long connecting to a live owner may take (it accepts in a loop of its own).
 CONNECT_S = 2.0
@@ -38,7 +40,6 @@ CONNECT_S = 2.0
 AUTO_START_S = 20.0
 #: The scope fields a client's requests carry (the owner reports and caches under the client's job).
 SCOPE_FIELDS = ("job_id", "run_id", "repo", "tenant")
-
 
 
 class OwnerGone(Exception):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
     import socket

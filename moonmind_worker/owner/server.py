@@ -20,7 +20,8 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from ..errors import MoonmindError
 from . import protocol
@@ -280,21 +281,17 @@ def _json_safe(value: Any) -> bool:
         return False
 
 
-class _event_scope:
+@contextmanager
+def _event_scope(settings: Any) -> Iterator[None]:
     """Queue events of this request carry the client's job scope, not the owner's environment."""
+    from ..events import scope_override
+    from .client import SCOPE_FIELDS
 
-    def __init__(self, settings: Any) -> None:
-        from ..events import scope_override
-
-        self._var = scope_override
-        self._scope = {k: getattr(settings, k) for k in ("job_id", "run_id", "repo", "tenant")}
-        self._token = None
-
-    def __enter__(self) -> None:
-        self._token = self._var.set(self._scope)
-
-    def __exit__(self, *exc: object) -> None:
-        self._var.reset(self._token)
+    token = scope_override.set({k: getattr(settings, k) for k in SCOPE_FIELDS})
+    try:
+        yield
+    finally:
+        scope_override.reset(token)
 
 
 # --------------------------------------------------------------- starting ---

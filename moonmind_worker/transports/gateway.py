@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from ..errors import MoonmindError
+from ..gateway_client import FALLBACK_CODES  # noqa: F401 - the codes `transports.search` falls back on
+
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
     from typing import Any
-
-from ..errors import MoonmindError
-from ..gateway_client import FALLBACK_CODES  # noqa: F401 - the codes `transports.search` falls back on
 
 
 class GatewayTransport:
