@@ -172,15 +172,24 @@ def _short(kwargs: dict[str, Any]) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def broker_unreachable(url: str, exc: BaseException) -> MoonmindError:
+#: What a connection is for -> (its name in messages, the setting that names it).
+_ROLES = {
+    "broker": ("Celery broker", "CELERY_BROKER_URL"),
+    "backend": ("Celery result backend", "CELERY_RESULT_BACKEND (it defaults to CELERY_BROKER_URL)"),
+}
+
+
+def broker_unreachable(url: str, exc: BaseException, role: str = "broker") -> MoonmindError:
+    """The queue's infrastructure is down; the message names the part (broker or result backend)."""
+    what, setting = _ROLES[role]
     return MoonmindError(
         "broker_unreachable",
-        f"Cannot reach the Celery broker at {redact(url)} ({type(exc).__name__}).",
-        "Start Redis / check CELERY_BROKER_URL, or run with --execution sync.",
+        f"Cannot reach the {what} at {redact(url)} ({type(exc).__name__}).",
+        f"Start Redis / check {setting}, or run with --execution sync.",
     )
 
 
-def _connect(url: str, timeout: float) -> Redis:
+def _connect(url: str, timeout: float, role: str = "broker") -> Redis:
     if urlsplit(url).scheme not in ("redis", "rediss"):
         raise MoonmindError(
             "invalid_argument",
@@ -190,13 +199,14 @@ def _connect(url: str, timeout: float) -> Redis:
     try:
         return Redis(url, timeout)
     except RespError as exc:
+        what, setting = _ROLES[role]
         raise MoonmindError(
             "broker_unreachable",
-            f"The Celery broker at {redact(url)} refused the connection: {exc}.",
-            "Check the credentials and database in CELERY_BROKER_URL.",
+            f"The {what} at {redact(url)} refused the connection: {exc}.",
+            f"Check the credentials and database in {setting}.",
         ) from None
     except (OSError, ConnectionError) as exc:
-        raise broker_unreachable(url, exc) from None
+        raise broker_unreachable(url, exc, role) from None
 
 
 def consumers(conn: Redis, queue: str, now: float | None = None) -> int:
@@ -236,8 +246,11 @@ def run_task(
                     queue=queue,
                 )
             if wait:
-                sub = _connect(backend_url, min(timeout_s, 5.0))
-                sub.command("SUBSCRIBE", RESULT_KEY.format(id=task_id))
+                sub = _connect(backend_url, min(timeout_s, 5.0), "backend")
+                try:
+                    sub.command("SUBSCRIBE", RESULT_KEY.format(id=task_id))
+                except (OSError, ConnectionError) as exc:
+                    raise broker_unreachable(backend_url, exc, "backend") from None
             message = celery_message(task, task_id, kwargs, queue, expires_s=timeout_s if wait else None)
             conn.command("LPUSH", queue, message)
         except (OSError, ConnectionError) as exc:
@@ -246,7 +259,7 @@ def run_task(
             return task_id
         meta = _wait(sub, task_id, deadline, timeout_s, queue)
         try:
-            backend = conn if backend_url == broker_url else _connect(backend_url, 1.0)
+            backend = conn if backend_url == broker_url else _connect(backend_url, 1.0, "backend")
             backend.command("DEL", RESULT_KEY.format(id=task_id))
         except Exception:  # noqa: BLE001 - tidying the result key is best effort
             pass
@@ -269,7 +282,7 @@ def _wait(sub: Redis, task_id: str, deadline: float, timeout_s: float, queue: st
         except (socket.timeout, TimeoutError):
             break
         except (OSError, ConnectionError) as exc:
-            raise broker_unreachable(sub.url, exc) from None
+            raise broker_unreachable(sub.url, exc, "backend") from None
         if isinstance(reply, list) and len(reply) == 3 and reply[0] == b"message" and reply[1] == channel:
             meta = json.loads(reply[2])
             if meta.get("status") in READY_STATES:

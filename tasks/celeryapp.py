@@ -23,7 +23,8 @@ from celery import Celery, bootsteps, signals
 from kombu import Queue
 
 from moonmind_worker import queue_client
-from moonmind_worker.errors import EXIT_CONFIG
+from moonmind_worker.errors import EXIT_CONFIG, redact
+
 from moonmind_worker.settings import Settings, get_settings
 
 log = logging.getLogger("moonmind.tasks")
@@ -31,9 +32,49 @@ log = logging.getLogger("moonmind.tasks")
 SWEEP_SCHEDULE_NAME = "moonmind-sweep-expired-overlays"
 
 
+class MoonmindCelery(Celery):
+    """Celery whose result backend cannot turn a finished task into a redelivery loop.
+
+    Why: storing a result is the last step of a task. With the backend down, Celery's Redis
+    backend raises a redis ConnectionError out of the task's trace; a worker on a Redis broker
+    takes that for a lost *broker* connection, reconnects, and the unacknowledged write
+    (``acks_late``) is delivered again, about once a second, forever (issue 18, major 5). The
+    work itself is done (writes are idempotent), so the right outcome is: acknowledge, say once
+    and clearly that the result could not be stored, and go on.
+    """
+
+    def _get_backend(self):  # type: ignore[no-untyped-def]
+        backend = super()._get_backend()
+        backend.store_result = _best_effort_store(backend)
+        return backend
+
+
+def _best_effort_store(backend):  # type: ignore[no-untyped-def]
+    """`backend.store_result` that logs and drops a result the backend cannot take (see MoonmindCelery)."""
+    from celery.exceptions import BackendStoreError
+
+    store = backend.store_result
+    unreachable = (*tuple(getattr(backend, "connection_errors", ()) or ()), BackendStoreError, OSError)
+
+    def store_result(task_id, result, state, traceback=None, request=None, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return store(task_id, result, state, traceback, request, **kwargs)
+        except unreachable as exc:
+            task = getattr(request, "task", None) or "task"
+            log.error(
+                "result backend unreachable (%s at %s): the %s result of %s[%s] was not stored, so a caller "
+                "waiting for it will time out; the message is acknowledged and not run again.\n"
+                "  action: start the result backend / check CELERY_RESULT_BACKEND (defaults to CELERY_BROKER_URL).",
+                type(exc).__name__, redact(get_settings().result_backend), state, task, task_id,
+            )
+            return result
+
+    return store_result
+
+
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
-    app = Celery("moonmind", broker=settings.celery_broker_url, backend=settings.result_backend)
+    app = MoonmindCelery("moonmind", broker=settings.celery_broker_url, backend=settings.result_backend)
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -167,8 +208,34 @@ def _warm_child(**_: object) -> None:
     warm_resources()
 
 
+def result_backend_problem(settings: Settings) -> str | None:
+    """Why this worker's results cannot be stored (a Redis result backend that does not answer), or None.
+
+    Checked once at start so the operator reads it before the first task, not as a caller's timeout.
+    """
+    url = settings.result_backend
+    if not url.startswith(("redis://", "rediss://")):
+        return None
+    try:
+        conn = queue_client.Redis(url, 2.0)
+        try:
+            conn.command("PING")
+        finally:
+            conn.close()
+    except Exception as exc:  # noqa: BLE001 - any failure means the same thing here
+        return (
+            f"result backend unreachable ({type(exc).__name__} at {redact(url)}): tasks will run, but their "
+            "results cannot be stored, so callers waiting for them will time out.\n"
+            "  action: start the result backend / check CELERY_RESULT_BACKEND (defaults to CELERY_BROKER_URL)."
+        )
+    return None
+
+
 @signals.worker_ready.connect
 def _on_ready(sender=None, **_: object) -> None:
+    problem = result_backend_problem(get_settings())
+    if problem:
+        log.error(problem)
     # solo/threads pools run tasks in this process: warm here; prefork children warm themselves
     controller = getattr(sender, "controller", None)
     if controller is None or _pool_name(controller.pool_cls) != "prefork":
