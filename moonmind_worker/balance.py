@@ -18,7 +18,7 @@ import os
 import time
 from pathlib import Path
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from .gateway_http import GatewayHttpProtocol
 
 _SLOT_BYTES = 8
 #: A worker closes at most one connection per this many seconds: each close must land before
@@ -29,8 +29,8 @@ SHED_INTERVAL_S = 0.05
 _connections: set | None = None
 
 
-class CountedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, letting `Balancer` see this process's open connections."""
+class CountedHttpProtocol(GatewayHttpProtocol):
+    """The gateway's HTTP protocol, letting `Balancer` see this process's open connections."""
 
     def __init__(self, config, server_state, app_state, _loop=None) -> None:
         global _connections

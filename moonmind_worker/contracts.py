@@ -6,6 +6,7 @@ the retriever reads it, so the two can never disagree about a field name.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -39,7 +40,7 @@ class Filters(BaseModel):
     @classmethod
     def _blank_is_unset(cls, v: Any) -> Any:
         if isinstance(v, str):
-            v = v.strip()
+            v = _valid_unicode(v).strip()
             return v or None
         return v
 
@@ -48,12 +49,37 @@ class Filters(BaseModel):
         return {k: v for k in FILTER_KEYS if (v := getattr(self, k)) is not None}
 
 
+def _valid_unicode(v: str) -> str:
+    """`v`, or ValueError when it holds an unpaired surrogate.
+
+    Why: such text is what bytes that are not UTF-8 become (a shell argument decoded with
+    surrogateescape, a JSON "\\udc80" escape); it cannot be encoded for the store or a terminal,
+    so it must stop here as the caller's error, not fail later as an internal one.
+    """
+    if _SURROGATE.search(v):
+        raise ValueError(_NOT_UNICODE)
+    return v
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_UNICODE = "holds a character that is not valid Unicode (an unpaired surrogate, e.g. bytes that are not UTF-8)"
+
+
+def _whole_number(v: Any) -> Any:
+    """44.0 -> 44: JSON Schema's "integer" admits a number with a zero fraction; `true` and "44" stay errors."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
 class Budgets(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # strict: `true` or "800" is not a budget (the schema says integer; lax coercion would accept them)
     tokens: int | None = Field(None, gt=0, strict=True)
     latency_ms: int | None = Field(None, gt=0, strict=True)
+
+    _whole = field_validator("tokens", "latency_ms", mode="before")(_whole_number)
 
 
 class Usage(BaseModel):
@@ -74,10 +100,12 @@ class RetrievalQuery(BaseModel):
     budgets: Budgets | None = None
     score_threshold: float | None = Field(None, ge=0.0, le=1.0, strict=True)
 
+    _whole = field_validator("top_k", mode="before")(_whole_number)
+
     @field_validator("query", mode="after")
     @classmethod
     def _non_empty(cls, v: str) -> str:
-        v = v.strip()
+        v = _valid_unicode(v).strip()
         if not v:
             raise ValueError("query must not be empty")
         return v
@@ -233,18 +261,22 @@ def _describe(exc) -> str:
                 reasons.append(f"unknown filter key {key!r} (known keys: {', '.join(FILTER_KEYS)})")
             else:
                 reasons.append(f"unknown field {loc!r}")
+        elif loc == "query" and e["type"] == "string_unicode":
+            reasons.append("the query " + _NOT_UNICODE)
         elif loc == "query":
             blank = "empty" in e["msg"] or e["type"] == "string_pattern_mismatch"
             reasons.append("the query must not be empty" if blank else f"query: {e['msg']}")
         elif loc == "top_k":
             reasons.append(f"top_k must be an integer between {TOP_K_MIN} and {TOP_K_MAX}")
         else:
-            reasons.append(f"{loc}: {e['msg']}")
+            reasons.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
     return "Invalid retrieval query: " + "; ".join(reasons) + "."
 
 
 def _action_for(exc) -> str:
     locs = {str(e["loc"][0]) if e["loc"] else "" for e in exc.errors()}
+    if any(e["type"] == "string_unicode" or _NOT_UNICODE in e["msg"] for e in exc.errors()):
+        return "Pass text encoded as UTF-8."
     if "query" in locs:
         return 'Pass a non-empty --query "what you are looking for".'
     if "filters" in locs:

@@ -48,6 +48,8 @@ CODES: dict[str, tuple[int, int]] = {
     # HTTP-only: an unknown path or method on the gateway
     "not_found": (EXIT_USAGE, 404),
     "method_not_allowed": (EXIT_USAGE, 405),
+    # HTTP-only: a connection did not deliver its whole request in time (gateway_http.py)
+    "request_timeout": (EXIT_CONNECTIVITY, 408),
 }
 
 

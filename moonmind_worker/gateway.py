@@ -34,6 +34,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from . import observe
 from .auth import TokenRegistry, authorize
@@ -175,7 +176,13 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 405:
-            err = MoonmindError("method_not_allowed", "Method not allowed on this path.", "See /docs for the API.")
+            allow = (exc.headers or {}).get("Allow", "")
+            err = MoonmindError("method_not_allowed", f"Method not allowed on this path (allowed: {allow or 'none'}).",
+                                "See /docs for the API.")
+            response = _error_response(err, 405)
+            if allow:
+                response.headers["Allow"] = allow
+            return response
         elif exc.status_code == 404:
             err = MoonmindError("not_found", "No such path.", "The API is POST /retrieval/context and GET /retrieval/health; see /docs.")
         else:
@@ -313,16 +320,23 @@ async def _read_json(request: Request) -> dict:
     if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise invalid_query(f"Request body over {MAX_BODY_BYTES} bytes.", "Send a shorter query.")
     parts, size = [], 0
-    async for chunk in request.stream():  # bounded even when no Content-Length is declared
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise invalid_query(f"Request body over {MAX_BODY_BYTES} bytes.", "Send a shorter query.")
-        parts.append(chunk)
+    try:
+        async for chunk in request.stream():  # bounded even when no Content-Length is declared
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise invalid_query(f"Request body over {MAX_BODY_BYTES} bytes.", "Send a shorter query.")
+            parts.append(chunk)
+    except ClientDisconnect:  # gone, or cut off by the read deadline (gateway_http.py): nobody to answer
+        raise MoonmindError("request_timeout", "The client went away before its request arrived whole.",
+                            "Send the whole request at once.") from None
     body = b"".join(parts)
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise invalid_query("The request body is not valid JSON.", "Send a RetrievalQuery as a JSON object.") from None
+    except RecursionError:  # JSON nested ~1,000 deep; no RetrievalQuery nests more than 3
+        raise invalid_query("The request body nests too deeply to be a RetrievalQuery.",
+                            "Send a RetrievalQuery as a JSON object.") from None
     if not isinstance(data, dict):
         raise invalid_query("The request body must be a JSON object.", "Send a RetrievalQuery as a JSON object.")
     return data
@@ -395,14 +409,23 @@ def serve(
     """
     import uvicorn
 
+    from .gateway_http import GatewayHttpProtocol
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings or get_settings()
+    GatewayHttpProtocol.read_timeout_s = settings.gateway_read_timeout_s
     if workers <= 1:
         _serve_the_box(settings, None)
         app = create_app(settings, concurrency=concurrency)
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log, lifespan="on")
+        uvicorn.run(app, host=host, port=port, log_level=_log_level(access_log), access_log=access_log,
+                    lifespan="on", http=GatewayHttpProtocol)
         return
     _serve_workers(host, port, settings, access_log, concurrency, workers)
+
+
+def _log_level(access_log: bool) -> str:
+    """uvicorn's level: its access lines are INFO, so `--access-log` needs "info" to print anything."""
+    return "info" if access_log else "warning"
 
 
 def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, concurrency: int | None, workers: int) -> None:
@@ -445,7 +468,8 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
         os.environ[WORKER_ENV] = json.dumps(spec)
         config = uvicorn.Config(
             f"{__name__}:worker_app", factory=True, host=host, port=port, workers=workers,
-            http=f"{balance.__name__}:CountedHttpProtocol", log_level="warning", access_log=access_log, lifespan="on",
+            http=f"{balance.__name__}:CountedHttpProtocol", log_level=_log_level(access_log), access_log=access_log,
+            lifespan="on",
         )
         Supervisor(config, sockets=[config.bind_socket()]).run()
     finally:
@@ -476,6 +500,9 @@ def worker_app() -> FastAPI:
     store = balancer = None
     try:
         settings = get_settings().model_copy(update={"gateway_tokens_file": Path(spec["tokens_file"])})
+        from .gateway_http import GatewayHttpProtocol
+
+        GatewayHttpProtocol.read_timeout_s = settings.gateway_read_timeout_s
         if "replicas" in spec:
             store = open_replica(Path(spec["source"]), Path(spec["replicas"]), settings.collection)
         balancer = Balancer(Path(spec["balance"]), spec["workers"])

@@ -26,7 +26,7 @@ DEFAULT_TIMEOUT_S = 30.0
 #: Extra wait past the latency budget so the server's 408 (with its measured latency) can arrive.
 GRACE_S = 0.25
 #: Failures after which falling back to direct retrieval makes sense (the gateway, not the request, is the problem).
-FALLBACK_CODES = frozenset({"retrieval_failed", "latency_budget_exceeded", "internal_error"})
+FALLBACK_CODES = frozenset({"retrieval_failed", "latency_budget_exceeded", "internal_error", "request_timeout"})
 
 
 def context_url(base: str) -> str:

@@ -258,6 +258,9 @@ class Settings:
         "MOONMIND_RETRIEVAL_FALLBACK", default="direct", parse=choice("direct", "none")
     )
     gateway_tokens_file: Path | None = setting("MOONMIND_GATEWAY_TOKENS_FILE", parse=path, optional=True)
+    # a connection must deliver a whole request (headers and body) within this long of opening
+    # or of its previous response; idle or trickling connections are closed (gateway_http.py)
+    gateway_read_timeout_s: float = setting("MOONMIND_GATEWAY_READ_TIMEOUT_S", default=10.0, parse=number(gt=0, le=600))
 
     # --- job scope -------------------------------------------------------
     run_id: str | None = setting("MOONMIND_RUN_ID", parse=text(), optional=True)

@@ -56,7 +56,13 @@ def at_short_path(path: Path, fn: Callable[[str], T]) -> T:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str).encode() + b"\n"
+    """One JSON line. A lone surrogate (argv bytes that are not UTF-8) travels as a \\u escape, so the
+    owner validates it and answers `invalid_query` exactly as a one-shot command would."""
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(message, separators=(",", ":"), default=str).encode() + b"\n"
 
 
 class LineReader:
