@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:
     try:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
+        _refuse_text_that_is_not_unicode(args)
         handler: Callable[[argparse.Namespace], int] | None = getattr(args, "_handler", None)
         if handler is None:
             target = getattr(args, "_group_parser", parser)
@@ -193,6 +194,26 @@ def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:
         return EXIT_INTERNAL
     finally:
         _release_resources(flush_only=_ending)
+
+
+#: Arguments that name files: any bytes the filesystem allows are fine there.
+_PATH_ARGUMENTS = frozenset({"path", "paths", "root", "manifest", "queries", "output_file", "env_file", "tokens_file"})
+
+
+def _refuse_text_that_is_not_unicode(args: argparse.Namespace) -> None:
+    """Argv bytes that are not UTF-8 (decoded as lone surrogates) in a name, id or query are the
+    caller's error here, before they fail deep inside as an internal one (a repo, tenant or run id
+    is stored, compared and printed as text)."""
+    for name, value in vars(args).items():
+        if name.startswith("_") or name in _PATH_ARGUMENTS:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and any("\ud800" <= ch <= "\udfff" for ch in item):
+                raise MoonmindError(
+                    "invalid_argument",
+                    f"--{name.replace('_', '-')} holds bytes that are not valid UTF-8.",
+                    "Pass text encoded as UTF-8.",
+                )
 
 
 def _release_resources(flush_only: bool = False) -> None:

@@ -163,10 +163,15 @@ def test_access_log_prints_every_request(gateway):
 @pytest.mark.parametrize("args", [
     ["rag", "search", "--query", "x", "--filters", "run_id=a\udcff"],
     ["rag", "search", "--query", "x\udcff"],
-], ids=["filter", "query"])
-def test_the_cli_refuses_bytes_that_are_not_utf8_as_a_usage_error(gateway, args):
+    ["rag", "index", ".", "--repo", "a\udcff"],
+    ["rag", "stats", "--repo", "a\udcff"],
+    ["rag", "packs", "--run-id", "a\udcff"],
+    ["rag", "overlay", "list", "--run-id", "a\udcff"],
+    ["rag", "overlay", "clean", "--run-id", "a\udcff"],
+], ids=["filter", "query", "index-repo", "stats", "packs", "overlay-list", "overlay-clean"])
+def test_the_cli_refuses_argument_bytes_that_are_not_utf8_as_a_usage_error(gateway, args, tmp_path):
     _, _, env = gateway
     argv = [MOONMIND, *(a.encode("utf-8", "surrogateescape") for a in args)]
-    r = subprocess.run(argv, env=env, capture_output=True, timeout=60)
+    r = subprocess.run(argv, env=env, capture_output=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == b""
-    assert b"error[invalid_query]" in r.stderr and b"not valid Unicode" in r.stderr and b"Traceback" not in r.stderr
+    assert b"error[invalid_argument]" in r.stderr and b"not valid UTF-8" in r.stderr and b"Traceback" not in r.stderr
