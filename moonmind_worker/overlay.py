@@ -426,7 +426,9 @@ class OverlayPlan:
     specs: list[SearchSpec]
     branches: int
     run_id: str | None = None
-    shadowed: set[str] = field(default_factory=set)
+    #: (repo, tenant, path) of every file the run has overlaid: a path alone is not a file once
+    #: a token spans repositories (a tombstone for lib.py in repo A hid lib.py of repo B)
+    shadowed: set[tuple[str, str, str]] = field(default_factory=set)
 
     @property
     def active(self) -> bool:
@@ -438,23 +440,28 @@ class OverlayPlan:
             return results
         n = self.branches
         base, mirrored, manifest = results[:n], results[n : 2 * n], results[2 * n :]
-        self.shadowed = {h.payload["path"] for b in manifest for h in b}
-        self.shadowed |= {h.payload["path"] for b in mirrored for h in b}
-        return [[h for h in base[i] if h.payload.get("path") not in self.shadowed] + mirrored[i] for i in range(n)]
+        self.shadowed = {_file_of(h.payload) for b in manifest for h in b}
+        self.shadowed |= {_file_of(h.payload) for b in mirrored for h in b}
+        return [[h for h in base[i] if _file_of(h.payload) not in self.shadowed] + mirrored[i] for i in range(n)]
 
     def order(self, ranked: list) -> list:
         """Overlay items ahead of canonical ones, each group in the pipeline's own (score, path, offset) order."""
         if not self.specs:
             return ranked
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[tuple[str, str, str], str]] = set()
         first, rest = [], []
         for c in ranked:
-            key = (c.payload["path"], c.payload["chunk_hash"])
+            key = (_file_of(c.payload), c.payload["chunk_hash"])
             if key in seen:
                 continue
             seen.add(key)
             (first if c.payload.get("trust_class") == WORKSPACE_OVERLAY else rest).append(c)
         return first + rest
+
+
+def _file_of(payload: dict) -> tuple[str, str, str]:
+    """Which file a point belongs to: (repo, tenant, path)."""
+    return payload.get("repo", ""), payload.get("tenant", ""), payload.get("path", "")
 
 
 def plan_search(query: RetrievalQuery, specs: Sequence[SearchSpec], *, now: float | None = None) -> OverlayPlan:
@@ -473,6 +480,6 @@ def plan_search(query: RetrievalQuery, specs: Sequence[SearchSpec], *, now: floa
             where=overlay_where(dense.where, run_id, now, Match("chunk_sequence", 0)),
             limit=MAX_OVERLAY_FILES,
             dense=dense.dense,
-            fields=("path",),
+            fields=("path", "repo", "tenant"),
         ))
     return OverlayPlan(extra, len(specs), run_id)

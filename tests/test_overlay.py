@@ -187,6 +187,17 @@ def test_deleted_file_tombstone_hides_its_canonical_chunks_for_that_run_only(wor
     assert row["tombstone"] and row["chunks"] == 0
 
 
+def test_a_tombstone_hides_its_own_repositorys_file_not_the_same_path_in_another(world, tmp_path):
+    other = write_tree(tmp_path / "other", FIXTURE_FILES)
+    index_repository(other, repo="other", tenant="acme", settings=world.settings, embedder=world.embedder, store=world.store)
+    (world.root / "db/pool.py").unlink()
+    world.upsert(["db/pool.py"], run_id="run-a")  # tombstone in repo demo only
+
+    both = world.search("database connection pool", run_id="run-a", top_k=30, repo=None)  # a scope spanning both repos
+    files = {(i.payload["repo"], i.source) for i in both.items}
+    assert ("other", "db/pool.py") in files and ("demo", "db/pool.py") not in files
+
+
 def test_expired_overlay_returns_canonical_only_in_canonical_order(world):
     (world.root / "auth/tokens.py").write_text(EDITED_TOKENS)
     summary = world.upsert(["auth/tokens.py"], ttl_s=4.0)
