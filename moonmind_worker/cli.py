@@ -130,13 +130,17 @@ def print_error(err: MoonmindError, as_json: bool) -> None:
     if as_json:
         sys.stderr.write(json.dumps(env) + "\n")
     else:
-        e = env["error"]
-        sys.stderr.write(f"error[{e['code']}]: {e['message']}\n  action: {e['action']}\n")
+        from .terminal import printable
+
+        e = env["error"]  # message text may come from a server or a file name: printed safe
+        sys.stderr.write(printable(f"error[{e['code']}]: {e['message']}\n  action: {e['action']}\n"))
 
 
 def note(message: str) -> None:
     """Progress notes and hints go to stderr, never mixed into stdout output."""
-    sys.stderr.write(f"note: {message}\n")
+    from .terminal import printable
+
+    sys.stderr.write(printable(f"note: {message}\n"))
 
 
 def write_atomic(path: str, data: str) -> None:

@@ -31,6 +31,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from .contracts import CANONICAL, ContextItem, WORKSPACE_OVERLAY
+from .terminal import escape_char, printable
 
 HEADER = "### Retrieved Context"
 MARKER_NAME = "MOONMIND RETRIEVED CONTEXT"
@@ -52,29 +53,10 @@ def preamble(block_id: str) -> str:
 
 
 _BACKTICKS = re.compile(r"`+")
-# Anything that reads like this block's own markers, however spaced or cased.
+# Anything that reads like this block's own markers, however spaced or cased; matched on the
+# text's skeleton (`_skeleton`), so look-alike letters (Cyrillic М, fullwidth Ｍ) count too.
 _MARKER_LIKE = re.compile(r"moonmind[\W_]*retrieved[\W_]*context", re.IGNORECASE)
-# Characters that may need escaping (everything but tab, newline and printable ASCII);
-# the callback decides, so plain ASCII code costs one regex scan.
-_CANDIDATE = re.compile(r"[^\t\n\x20-\x7e]")
-_CANDIDATE_LINE = re.compile(r"[^\t\x20-\x7e]")
 _LANG = re.compile(r"[^A-Za-z0-9_+.-]")
-#: Unicode categories shown as escapes: controls, format characters (bidi
-#: overrides and isolates, zero-width, BOM, soft hyphen, tag characters),
-#: line/paragraph separators, lone surrogates.
-_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-
-
-def _invisible(ch: str) -> bool:
-    o = ord(ch)
-    if 0xFE00 <= o <= 0xFE0F or 0xE0100 <= o <= 0xE01EF:  # variation selectors can smuggle data
-        return True
-    return unicodedata.category(ch) in _ESCAPED_CATEGORIES
-
-
-def _escape(ch: str) -> str:
-    o = ord(ch)
-    return f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}"
 
 
 def neutralise(text: str, *, single_line: bool = False) -> str:
@@ -84,21 +66,39 @@ def neutralise(text: str, *, single_line: bool = False) -> str:
     where newlines are escaped too: a citation or title must stay one line.
     Marker look-alikes get their first letter escaped so they no longer read as markers.
     """
-    pattern = _CANDIDATE_LINE if single_line else _CANDIDATE
-    return _MARKER_LIKE.sub(_defuse, pattern.sub(_escape_match, text))
+    out = printable(text, single_line=single_line)
+    skeleton = out if out.isascii() else out.translate(_look_alikes())
+    spans = [m.start() for m in _MARKER_LIKE.finditer(skeleton)]
+    for start in reversed(spans):
+        out = out[:start] + escape_char(out[start]) + out[start + 1 :]
+    return out
 
 
-def _escape_match(m: re.Match) -> str:
-    ch = m.group()
-    if ch == "\r" and m.string[m.end() : m.end() + 1] == "\n" and m.re is _CANDIDATE:
-        return ch
-    if ch <= "\x7f" or _invisible(ch):
-        return _escape(ch)
-    return ch
+_FOLD: dict[int, str] = {}
 
 
-def _defuse(m: re.Match) -> str:
-    return _escape(m.group()[0]) + m.group()[1:]
+def _look_alikes() -> dict[int, str]:
+    """Code point -> the ASCII letter it is drawn like, one character for one (so positions hold).
+
+    NFKC gives the compatibility forms (fullwidth, mathematical and enclosed letters, roman
+    numerals); the confusables NFKC leaves alone are the Cyrillic and Greek capitals and small
+    letters drawn like the Latin letters of the marker words.
+    """
+    if not _FOLD:
+        ranges = (range(0x80, 0x2400), range(0x2460, 0x2500), range(0xFF00, 0xFFF0), range(0x1D400, 0x1D800),
+                  range(0x1F130, 0x1F190))
+        for cp in (c for r in ranges for c in r):
+            folded = unicodedata.normalize("NFKC", chr(cp))
+            if len(folded) == 1 and folded.isascii() and folded.isalpha():
+                _FOLD[cp] = folded
+        for latin, alikes in {
+            "A": "АΑᎪ", "B": "ВΒ", "C": "СϹⅭ", "D": "ᎠⅮ", "E": "ЕΕᎬ", "H": "НΗ", "I": "ІΙӀⅠ", "K": "КΚ",
+            "M": "МΜᎷⅯ", "N": "Ν", "O": "ОΟՕ", "P": "РΡ", "R": "ᏒƦ", "T": "ТΤᎢ", "V": "ᏙⅤ", "X": "ХΧⅩ",
+            "a": "а", "c": "сϲ", "e": "е", "i": "іι", "o": "оοσ", "p": "р", "x": "х", "v": "ν", "n": "п",
+        }.items():
+            for ch in alikes:
+                _FOLD[ord(ch)] = latin
+    return _FOLD
 
 
 def fence_for(text: str) -> str:

@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from ..errors import MoonmindError
+from ..terminal import printable
 
 
 def register(groups: dict) -> None:
@@ -90,9 +91,9 @@ def cmd_finish(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(manifest, indent=2) + "\n")
     elif "task_id" in clean:
-        sys.stdout.write(f"overlay clean for run {clean['run_id']} queued: {clean['task_id']}\n")
+        sys.stdout.write(printable(f"overlay clean for run {clean['run_id']} queued: {clean['task_id']}", single_line=True) + "\n")
     elif "removed" in clean:
-        sys.stdout.write(f"removed {clean['removed']} overlay points of run {clean['run_id']}\n")
+        sys.stdout.write(printable(f"removed {clean['removed']} overlay points of run {clean['run_id']}", single_line=True) + "\n")
     else:
         note(f"overlay clean not queued: {clean.get('message') or clean.get('skipped')}")
     return 0

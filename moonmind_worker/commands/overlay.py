@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import MoonmindError
 from .rag import add_execution_arguments, execution_mode, expect_keys, print_task_id, queue_timeout, run_queued
+from ..terminal import printable
 
 #: OverlayReport keys the CLI prints from (see `commands.rag.expect_keys`).
 OVERLAY_REPORT_KEYS = ("run_id", "skipped", "tombstones", "line")
@@ -92,7 +93,7 @@ def print_overlay_report(report: dict, args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps({k: v for k, v in report.items() if k != "line"}, indent=2) + "\n")
     else:
-        sys.stdout.write(report["line"] + "\n")
+        sys.stdout.write(printable(report["line"]) + "\n")
     return 0
 
 
@@ -153,7 +154,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps({"removed": removed, "run_id": run_id, "expired": args.expired}) + "\n")
     else:
-        sys.stdout.write(f"removed {removed} {what}\n")
+        sys.stdout.write(printable(f"removed {removed} {what}", single_line=True) + "\n")
     return 0
 
 
@@ -173,5 +174,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     for r in rows:
         state = "expired" if r["expired"] else f"expires {r['expires_at']}"
         kind = "tombstone" if r["tombstone"] else f"{r['chunks']} chunks"
-        sys.stdout.write(f"{r['run_id']}\t{r['tenant']}/{r['repo']}\t{r['path']}\t{kind}\t{state}\n")
+        cells = (r["run_id"], f"{r['tenant']}/{r['repo']}", r["path"], kind, state)
+        sys.stdout.write("\t".join(printable(str(c), single_line=True).replace("\t", "\\t") for c in cells) + "\n")
     return 0

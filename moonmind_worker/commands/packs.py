@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from ..terminal import printable
 
 
 def register(groups: dict) -> None:
@@ -43,5 +44,6 @@ def cmd_packs(args: argparse.Namespace) -> int:
         return 0
     for p in packs:
         sources = ", ".join(p["sources"]) or "(no hits)"
-        sys.stdout.write(f"{p['telemetry_id']}  {p['retrieved_at']}  {p['hits']} hits  {p['query']!r}\n    {sources}\n")
+        line = f"{p['telemetry_id']}  {p['retrieved_at']}  {p['hits']} hits  {p['query']!r}"
+        sys.stdout.write(f"{printable(line, single_line=True)}\n    {printable(sources, single_line=True)}\n")
     return 0

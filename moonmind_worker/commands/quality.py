@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import MoonmindError
+from ..terminal import printable
 
 
 def register(groups: dict) -> None:
@@ -59,7 +60,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
-        sys.stdout.write(format_report(report))
+        sys.stdout.write(printable(format_report(report)))
     return 0
 
 
@@ -76,5 +77,5 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(out["stats"], indent=2) + "\n")
     else:
-        sys.stdout.write(out["text"])
+        sys.stdout.write(printable(out["text"]))
     return 0

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import MoonmindError
 from ..transports.queue import PACK_KEYS  # noqa: F401 - ContextPack keys the CLI relies on (tests keep them within the contract)
+from ..terminal import printable
 
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ def print_index_report(report: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps({k: v for k, v in report.items() if k != "line"}, indent=2) + "\n")
     else:
-        sys.stdout.write(report["line"] + "\n")
+        sys.stdout.write(printable(report["line"]) + "\n")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from ..terminal import printable
 
 
 def register(groups: dict) -> None:
@@ -32,5 +33,5 @@ def cmd_sync_embedding(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(out["result"], indent=2) + "\n")
     else:
-        sys.stdout.write(out["line"] + "\n")
+        sys.stdout.write(printable(out["line"]) + "\n")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from ..terminal import printable
 
 
 def register(groups: dict) -> None:
@@ -23,5 +24,5 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     else:
-        sys.stdout.write(report.render())
+        sys.stdout.write(printable(report.render()))
     return report.exit_code
