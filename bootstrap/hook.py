@@ -52,12 +52,22 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def resolve_capability(report) -> tuple[str | None, str | None, str | None]:
-    """(capability, reason when absent, remedy when absent) from a DoctorReport."""
+def resolve_capability(report, gateway_only: bool = False) -> tuple[str | None, str | None, str | None]:
+    """(capability, reason when absent, remedy when absent) from a DoctorReport.
+
+    `gateway_only` (a gateway configured with MOONMIND_RETRIEVAL_FALLBACK=none): the worker is not
+    trusted with the store, so a gateway that is down leaves the job without RAG rather than
+    falling back to direct access, which no token scopes.
+    """
     gateway = next((c for c in report.checks if c.name == "gateway"), None)
     direct = [c for c in report.checks if c.name in DIRECT_CHECKS]
     if gateway is not None and gateway.ok:
         return GATEWAY, None, None
+    if gateway_only and gateway is not None:
+        return None, f"gateway: {gateway.detail}", (
+            (gateway.remedy or "Fix the RetrievalGateway.")
+            + " Direct access is off for this worker (MOONMIND_RETRIEVAL_FALLBACK=none)."
+        )
     if direct and all(c.ok for c in direct) and any(c.name == "qdrant" for c in direct):
         return DIRECT, None, None
     failed = [c for c in ([gateway] if gateway is not None else []) + direct if not c.ok]
@@ -91,7 +101,8 @@ def start_job(
     fields = dict(scope)
 
     report = run_checks(settings)
-    capability, reason, remedy = resolve_capability(report)
+    gateway_only = bool(settings.retrieval_url) and settings.retrieval_fallback == "none"
+    capability, reason, remedy = resolve_capability(report, gateway_only)
     required = requires_rag(job)
     blocked = required and (capability is None or not report.ok)
     if blocked and reason is None:

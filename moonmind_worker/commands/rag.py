@@ -140,6 +140,29 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
+#: Inside a job (MOONMIND_JOB_ID set by `job start`), these exported scope fields are a ceiling.
+JOB_CEILING = ("tenant", "run_id")
+
+
+def refuse_widening(asked: dict[str, str], settings: Any) -> None:
+    """A job's tenant and run are a ceiling its CLI calls cannot widen (spec 01 FR-006), on every transport.
+
+    Why: the job's environment is what the control plane scoped it to; a `--filters tenant=other`
+    (a typo, or an agent told to by retrieved text) must not read another tenant's chunks or
+    another run's uncommitted edits. The repository stays a default: a tenant's repositories
+    are shared within it. This guards the CLI; a worker that runs untrusted code gets no direct
+    store access at all and uses the gateway with a scoped token (README, "Trust model").
+    """
+    for key in JOB_CEILING:
+        mine = getattr(settings, key)
+        if mine and key in asked and asked[key].strip() and asked[key].strip() != mine:
+            raise MoonmindError(
+                "forbidden",
+                f"This job is scoped to {key} {mine!r}; --filters {key}={asked[key].strip()!r} would widen it.",
+                f"Search within the job's {key} (drop the filter); a job cannot read another {key}'s data.",
+            )
+
+
 def query_request(args: argparse.Namespace) -> dict[str, Any]:
     """The RetrievalQuery fields the flags describe, not yet validated; scope defaults come from the job's environment."""
     from ..settings import get_settings
@@ -149,7 +172,10 @@ def query_request(args: argparse.Namespace) -> dict[str, Any]:
     for key, value in (("repo", settings.repo), ("tenant", settings.tenant), ("run_id", settings.run_id)):
         if value:
             filters[key] = value
-    filters.update(parse_pairs(args.filters, "filter"))
+    asked = parse_pairs(args.filters, "filter")
+    if settings.job_id:
+        refuse_widening(asked, settings)
+    filters.update(asked)
     budgets = parse_pairs(args.budget, "budget")
     for key, value in budgets.items():
         if not value.isdigit():
