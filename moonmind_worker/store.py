@@ -170,9 +170,17 @@ class Store(Protocol):
 def open_store(settings: Settings, collection: str | None = None) -> Store:
     """The configured store: Qdrant Edge when QDRANT_URL is unset, qdrant-client otherwise."""
     name = collection or settings.collection
+    store: Store
     if settings.embedded_store:
-        return EdgeStore(settings.data_dir, name, wait_s=settings.store_wait_s)
-    return QdrantClientStore(settings, name)
+        store = EdgeStore(settings.data_dir, name, wait_s=settings.store_wait_s)
+    else:
+        store = QdrantClientStore(settings, name)
+    if "MOONMIND_FAULT" in os.environ or "MOONMIND_FAULT_TRACE" in os.environ:  # the adversarial suite only
+        from . import faults
+
+        if faults.wanted():
+            return faults.wrap(store)
+    return store
 
 
 # ------------------------------------------------------------ Qdrant Edge ---
