@@ -198,6 +198,13 @@ def index_repository(
     stored: dict[str, StoredFile] = {}
     for hit in store.scroll(scope(repo, tenant), ["path", "content_hash", "chunk_sequence", "total_chunks"]):
         stored.setdefault(hit.payload["path"], StoredFile()).add(hit.id, hit.payload)
+    if scope_key not in recipes and not stored:
+        # nothing is stored in this scope, so nothing can have been chunked another way: record the
+        # recipe now, and a first index that is interrupted resumes (finished files are skipped by
+        # hash) instead of re-chunking everything under a false "chunking changed"
+        recipes[scope_key] = recipe
+        store.set_metadata(chunk_recipes=recipes)
+        rechunk = False
 
     files = list(walk(root, summary.skipped))
     summary.files_seen = len(files)

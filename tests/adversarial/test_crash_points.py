@@ -203,3 +203,21 @@ def test_a_crash_at_any_overlay_write_leaves_no_torn_overlay_after_the_next_upse
             failures.append(f"{op}#{n}:{when}: {torn[:3]}")
         shutil.rmtree(h)
     assert not failures, "\n".join(failures)
+
+
+def test_a_first_index_cut_short_resumes_without_re_chunking_what_it_finished(tmp_path):
+    """Issue 20: Ctrl-C during the first index of a tree, then a re-run, re-embedded every chunk and
+    said "every file re-chunked (chunking changed since the last run)" although nothing changed."""
+    root, home = tmp_path / "tree", tmp_path / "home"
+    _v1(root)
+    for i in range(36, 60):  # several write batches
+        (root / f"pkg/m{i}.py").write_text(_module(i, 30, "v1"))
+    crashed = _run(_env(home, "edge", MOONMIND_FAULT="upsert#2:after"), "rag", "index", str(root), "--repo", REPO, "--tenant", TENANT)
+    assert crashed.returncode == CRASH_EXIT
+    again = _run(_env(home, "edge"), "rag", "index", str(root), "--repo", REPO, "--tenant", TENANT, "--json")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["rechunked"] is False and "re-chunked" not in again.stderr
+    assert report["files_unchanged"] > 0, "files the cut-short run finished are skipped by hash"
+    paths = [str(p.relative_to(root)) for p in root.rglob("*.py")]
+    assert _torn(_store_files(home, "edge"), root, paths) == []
