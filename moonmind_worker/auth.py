@@ -51,10 +51,17 @@ def new_token() -> str:
 def load_token_file(path: Path) -> TokenFile:
     from pydantic import ValidationError
 
+    from .files import Unreadable, read_regular
+
     try:
-        with open(path, encoding="utf-8") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            raw = f.read()
+        data, st = read_regular(path, 16 << 20)  # a FIFO or device in its place must not hang the gateway
+        mode, raw = st.st_mode, data.decode("utf-8")
+    except Unreadable as exc:
+        raise MoonmindError(
+            "missing_credentials",
+            f"Gateway token file {path} was not read: {exc}.",
+            "Point MOONMIND_GATEWAY_TOKENS_FILE at a regular file written by `moonmind gateway add-token`.",
+        ) from None
     except FileNotFoundError:
         raise MoonmindError(
             "missing_credentials",

@@ -129,13 +129,21 @@ def percentile(values: list[float], q: float) -> float:
 # ------------------------------------------------------------------ loading ---
 
 
+#: Query files and job manifests are small JSON documents; a larger one is a mistake.
+CONTROL_FILE_MAX_BYTES = 16 << 20
+
+
 def load_queries(path: str | Path) -> list[EvalQuery]:
     """Read and validate a query file; a malformed file is a usage error naming the problem."""
+    from .files import Unreadable, read_regular
+
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(p, CONTROL_FILE_MAX_BYTES)[0].decode("utf-8"))
     except FileNotFoundError:
         raise MoonmindError("invalid_argument", f"Query file {path} does not exist.", "Pass --queries FILE.") from None
+    except Unreadable as exc:
+        raise MoonmindError("invalid_argument", f"Query file {path} was not read: {exc}.", "Pass a JSON query file.") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MoonmindError(
             "invalid_argument", f"Query file {path} is not readable JSON: {exc}.", "Fix the file (see README, `rag eval`)."

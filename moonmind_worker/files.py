@@ -45,32 +45,49 @@ def is_binary(data: bytes) -> bool:
     return False
 
 
-def read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
-    """(text, None) or (None, reason it was skipped).
+class Unreadable(Exception):
+    """Why a file was not read: not a regular file, larger than allowed, or an OS error."""
 
-    Only regular files are read, and never more than `max_bytes` + 1: opening a FIFO would
-    block forever, and a device such as /dev/zero reports size 0 while its data never ends.
-    The file is opened non-blocking and checked on its open descriptor, so what is checked
-    is what is read.
+
+def read_regular(path: str | Path, max_bytes: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file (and its stat), never more than `max_bytes`.
+
+    Why every reader of a path goes through here: opening a FIFO blocks forever, and a device
+    such as /dev/zero reports size 0 while its data never ends. The file is opened non-blocking
+    and checked on its open descriptor, so what is checked is what is read. FileNotFoundError
+    passes through (callers name the missing file their own way); anything else is `Unreadable`.
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
     except OSError as exc:
-        return None, f"unreadable ({exc.strerror or type(exc).__name__})"
+        raise Unreadable(f"unreadable ({exc.strerror or type(exc).__name__})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return None, "not a regular file"
+            raise Unreadable("not a regular file")
         if st.st_size > max_bytes:
-            return None, f"larger than {max_bytes} bytes"
+            raise Unreadable(f"larger than {max_bytes} bytes")
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read(max_bytes + 1)
     except OSError as exc:
-        return None, f"unreadable ({exc.strerror or type(exc).__name__})"
+        raise Unreadable(f"unreadable ({exc.strerror or type(exc).__name__})") from None
     finally:
         os.close(fd)
     if len(data) > max_bytes:  # it grew since the check
-        return None, f"larger than {max_bytes} bytes"
+        raise Unreadable(f"larger than {max_bytes} bytes")
+    return data, st
+
+
+def read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
+    """(text, None) or (None, reason it was skipped): a regular, non-binary file (see read_regular)."""
+    try:
+        data, _ = read_regular(path, max_bytes)
+    except FileNotFoundError as exc:
+        return None, f"unreadable ({exc.strerror or type(exc).__name__})"
+    except Unreadable as exc:
+        return None, str(exc)
     if is_binary(data):
         return None, "binary"
     return data.decode("utf-8", errors="replace"), None
@@ -89,6 +106,10 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+#: A .gitignore larger than this is not read (real ones are a few KiB).
+IGNORE_FILE_MAX_BYTES = 1 << 20
+
+
 def _gitignore(dirpath: Path, rel: str):
     import pathspec
 
@@ -97,8 +118,8 @@ def _gitignore(dirpath: Path, rel: str):
         f = dirpath / name
         if f.is_file():
             try:
-                patterns.extend(f.read_text(errors="replace").splitlines())
-            except OSError:
+                patterns.extend(read_regular(f, IGNORE_FILE_MAX_BYTES)[0].decode("utf-8", "replace").splitlines())
+            except (OSError, Unreadable):
                 pass
     if not patterns:
         return None

@@ -415,8 +415,8 @@ def serve(
     settings = settings or get_settings()
     GatewayHttpProtocol.read_timeout_s = settings.gateway_read_timeout_s
     if workers <= 1:
+        app = create_app(settings, concurrency=concurrency)  # a bad token file stops it here, before it serves anything
         _serve_the_box(settings, None)
-        app = create_app(settings, concurrency=concurrency)
         uvicorn.run(app, host=host, port=port, log_level=_log_level(access_log), access_log=access_log,
                     lifespan="on", http=GatewayHttpProtocol)
         return

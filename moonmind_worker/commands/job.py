@@ -28,11 +28,14 @@ def register(groups: dict) -> None:
 
 
 def read_manifest(path: str) -> dict:
+    from ..files import Unreadable, read_regular
+
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(read_regular(path, 16 << 20)[0].decode("utf-8"))
     except FileNotFoundError:
         raise MoonmindError("invalid_argument", f"Manifest {path} does not exist.", "Pass the job manifest file with --manifest.") from None
+    except Unreadable as exc:
+        raise MoonmindError("invalid_argument", f"Manifest {path} was not read: {exc}.", "Pass the job manifest file with --manifest.") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise MoonmindError("invalid_argument", f"Manifest {path} is not valid JSON ({exc.__class__.__name__}).", "Fix the manifest file.") from None
     if not isinstance(data, dict):
