@@ -23,9 +23,12 @@ discount in (0, 1] — so the score is in [0, 1]:
   relative to the best-supported file (several good chunks → a central file);
 * prior — test files, examples, re-export stubs (`__init__.py`, `index.js`) and
   files under hidden tool directories (`.github/`) count less (× 0.6–0.8) unless
-  the query asks for tests or examples;
+  the query asks for tests or examples; in a code repository (most candidate
+  files are code) prose counts less (× 0.75, change logs × 0.6) unless the query
+  asks for documentation ("how do I", install, configure, why, ...);
 * diversity — the n-th chunk of the same file is discounted by 0.6^(n-1), so one
-  long file cannot fill top_k.
+  long file cannot fill top_k; in a documentation corpus a file's sections are
+  discounted by 0.9^(n-1), so a chapter's sections on the topic stay on top.
 
 Symbol-like queries (`HTTPException`, `field_validator`, `Sinatra::Base`) shift
 weight from cosine to BM25 and to definitions. Nothing here names a repository.
@@ -39,6 +42,7 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 
 from . import lexical
+from .chunking import language_of
 from .store import Hit
 
 
@@ -57,10 +61,20 @@ NL_WEIGHTS = Weights(semantic=0.40, lexical=0.25, path=0.15, definition=0.10, fi
 SYMBOL_WEIGHTS = Weights(semantic=0.15, lexical=0.30, path=0.10, definition=0.35, file=0.10)
 
 DIVERSITY_DECAY = 0.6
+#: In a documentation corpus (a book) each section is its own unit: a chapter's second and third
+#: sections on the asked topic must not fall below passing mentions elsewhere (spec 05 SC-001).
+BOOK_DIVERSITY_DECAY = 0.9
 TEST_PRIOR = 0.6
 EXAMPLE_PRIOR = 0.7
 REEXPORT_PRIOR = 0.8
 HIDDEN_PRIOR = 0.7
+#: Prose (README, docs/*.md|rst) in a repository whose candidates are mostly code, for a query
+#: that does not ask for documentation: the answer to "how are X parsed" is the parsing module.
+PROSE_PRIOR = 0.75
+#: Change logs mention every feature by name in one line each; they answer only "what changed".
+CHANGELOG_PRIOR = 0.6
+#: A candidate pool with at least this share of code files is a code repository's.
+CODE_REPOSITORY_SHARE = 0.5
 
 _SYMBOL_QUERY = re.compile(
     r"^(?:[A-Za-z_][\w]*(?:(?:::|\.|->|#)[A-Za-z_][\w]*)+"  # qualified: a.b, A::B
@@ -81,6 +95,13 @@ _TEST_PATH = re.compile(
 _EXAMPLE_PATH = re.compile(r"(?:^|/)(?:_?examples?|docs_src|samples?|demo)/")
 _REEXPORT_NAMES = frozenset({"__init__.py", "index.js", "index.ts", "mod.rs", "package-info.java"})
 _ASKS_FOR_TESTS = re.compile(r"\b(?:tests?|testing|spec|fixtures?|mock\w*)\b", re.IGNORECASE)
+_ASKS_FOR_DOCS = re.compile(
+    r"\b(?:how (?:do|can|should) (?:i|you|we)|install\w*|set ?up|configur\w*|tutorial|guide|docs?|documentation"
+    r"|readme|why|getting started|changelog|changes?|release\w*|version\w*|deprecat\w*)\b",
+    re.IGNORECASE,
+)
+_PROSE_LANGUAGES = frozenset({"markdown", "rst", "text"})
+_CHANGELOG_NAME = re.compile(r"^(?:change(?:s|log)|history|news|release[-_ ]?notes)\b", re.IGNORECASE)
 _ASKS_FOR_EXAMPLES = re.compile(r"\b(?:examples?|samples?|demo|tutorial|usage)\b", re.IGNORECASE)
 
 
@@ -204,6 +225,19 @@ def _prior(path: str, tests_wanted: bool, examples_wanted: bool) -> float:
     return prior
 
 
+@lru_cache(maxsize=8192)
+def _prose_prior(path: str) -> float:
+    """The prior of a prose file in a code repository (1.0 for code): change logs count least."""
+    if language_of(path) not in _PROSE_LANGUAGES:
+        return 1.0
+    return CHANGELOG_PRIOR if _CHANGELOG_NAME.match(PurePosixPath(path).name) else PROSE_PRIOR
+
+
+def is_code(path: str) -> bool:
+    """A source file (not markdown, reST, plain text, or configuration data)."""
+    return language_of(path) not in _PROSE_LANGUAGES | {"json", "yaml", "toml", "ini"}
+
+
 def merge(dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
     """One candidate per point: its cosine (from the dense branch, or the sparse branch's rescoring) and BM25."""
     by_id: dict[str, Candidate] = {}
@@ -257,11 +291,18 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
         per_file[c.payload["path"]] = per_file.get(c.payload["path"], 0.0) + base[i]
     best_file = max(per_file.values()) or 1.0
     tests_wanted, examples_wanted = bool(_ASKS_FOR_TESTS.search(query)), bool(_ASKS_FOR_EXAMPLES.search(query))
+    # a code repository (judged from what this query found) and a question not about documentation:
+    # prose there restates the code in passing, so it counts less; a book keeps its prose whole
+    files = {c.payload["path"] for c in cands}  # files, not chunks: one long change log is one file
+    code_share = sum(1 for f in files if is_code(f)) / len(files)
+    prose_down = code_share >= CODE_REPOSITORY_SHARE and not _ASKS_FOR_DOCS.search(query)
 
     for i, c in enumerate(cands):
         s = c.signals
         s["file"] = per_file[c.payload["path"]] / best_file
         s["prior"] = _prior(c.payload["path"], tests_wanted, examples_wanted)
+        if prose_down:
+            s["prior"] *= _prose_prior(c.payload["path"])
         raw = (
             w.semantic * s["cosine"]
             + w.lexical * s["lexical"]
@@ -271,12 +312,13 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
         )
         c.score = min(1.0, raw * s["prior"])
 
-    # diversity: the n-th chunk of a file is discounted by DIVERSITY_DECAY^(n-1)
+    # diversity: the n-th chunk of a file is discounted by decay^(n-1); prose sections of a book decay less
     ranked = sorted(cands, key=order_key)
     seen: dict[str, int] = {}
     for c in ranked:
         n = seen.get(c.payload["path"], 0)
         seen[c.payload["path"]] = n + 1
-        c.signals["diversity"] = DIVERSITY_DECAY**n
+        book_section = code_share < CODE_REPOSITORY_SHARE and not is_code(c.payload["path"])
+        c.signals["diversity"] = (BOOK_DIVERSITY_DECAY if book_section else DIVERSITY_DECAY) ** n
         c.score *= c.signals["diversity"]
     return sorted(ranked, key=order_key)

@@ -66,3 +66,26 @@ def test_definition_and_symbol_detection_across_languages():
     assert defines_in_text("export const createStore = () => {}", "createStore")
     assert not defines_in_text("x = OAuth2PasswordBearer(tokenUrl='t')", "OAuth2PasswordBearer")
     assert not defines_in_text("class OAuth2PasswordBearerX:", "OAuth2PasswordBearer")
+
+
+def test_prose_counts_less_than_code_in_a_code_repository_unless_the_query_asks_for_docs():
+    chunks = lambda: [
+        cand("CHANGELOG.md", "query string parser now handles arrays", 0.55, 6.0),
+        cand("README.md", "the query string parser turns ?a=1 into a dict", 0.55, 6.0),
+        cand("lib/query.js", "function parseQuery(str) { return qs.parse(str) }", 0.5, 5.0),
+        cand("lib/router.js", "function route(req) {}", 0.3, 1.0),
+    ]
+    assert score("how are query strings parsed", chunks())[0].payload["path"] == "lib/query.js"
+    assert score("how do I configure the query string parser", chunks())[0].payload["path"] != "lib/query.js"
+
+
+def test_a_book_keeps_its_prose_and_a_chapter_can_hold_several_of_the_top_places():
+    book = [cand("docs/ros2/install.md", f"install ROS 2 step {i}", 0.7 - i * 0.02, 6.0 - i, offset=i * 100,
+                 title=f"Install > Step {i}") for i in range(3)]
+    book += [cand(f"docs/module-{m}/intro.md", "needs a ROS 2 installation first", 0.5, 3.0) for m in range(3)]
+    top = score("ROS2 installation", book)[:5]
+    assert sum(c.payload["path"] == "docs/ros2/install.md" for c in top) == 3
+    code = [cand("core.py", f"def install_{i}(): pass", 0.7 - i * 0.02, 6.0 - i, offset=i * 100) for i in range(3)]
+    code += [cand(f"mod{m}.py", "def setup(): install()", 0.5, 3.0) for m in range(3)]
+    top = score("installation", code)[:4]
+    assert sum(c.payload["path"] == "core.py" for c in top) < 3
