@@ -105,6 +105,7 @@ SYNTAX: dict[str, _Syntax] = {
 _FUNCTION_VALUES = frozenset({"arrow_function", "function_expression", "function", "generator_function",
                               "class", "class_expression"})
 _MAX_TITLE = 120
+_EXPORT_TARGETS = ("module.exports", "exports.")
 
 _LANGUAGES: dict[str, Language | None] = {}
 _LOCAL = threading.local()
@@ -286,12 +287,18 @@ def _name(node: Node, walk: _Walk) -> str | None:
         return None
     if kind == "expression_statement":  # exports.run = function () {...}; Foo.prototype.bar = ...
         expr = node.named_children[0] if node.named_child_count else None
-        if expr is None or expr.type != "assignment_expression":
+        targets: list[str] = []
+        while expr is not None and expr.type == "assignment_expression":  # res.type = res.contentType = fn
+            left = expr.child_by_field_name("left")
+            if left is not None:
+                targets.append(walk.text(left))
+            expr = expr.child_by_field_name("right")
+        if not targets:
             return None
-        if not _function_valued(expr.child_by_field_name("right")):
+        # a function value defines its names; an export (`module.exports.x = ...`) defines one whatever its value
+        if not (_function_valued(expr) or any(t.startswith(_EXPORT_TARGETS) for t in targets)):
             return None
-        left = expr.child_by_field_name("left")
-        return walk.text(left)[:_MAX_TITLE] if left is not None else ""
+        return ", ".join(targets)[:_MAX_TITLE]
     if kind in ("field_definition", "public_field_definition"):  # handleClick = () => {...}
         if not _function_valued(node.child_by_field_name("value")):
             return None

@@ -160,9 +160,11 @@ def defines_in_text(text: str, name: str) -> bool:
 def defines(payload: dict, names: set[str]) -> bool:
     """True when the chunk defines one of `names` (its enclosing symbol or a definition line in it)."""
     title = payload.get("section_title") or ""
-    last = re.split(r"\.|::|>", title)[-1].strip()
-    if last and last in names:
-        return True
+    # a packed chunk's title lists its definitions: `Scope: a, b` or `res.send, res.json`
+    for entry in title.split(": ", 1)[-1].split(", "):
+        last = re.split(r"\.|::|>", entry)[-1].strip()
+        if last and last in names:
+            return True
     text = payload.get("text") or ""
     return any(defines_in_text(text, name) for name in names)
 
