@@ -134,10 +134,12 @@ def evaluate(corpora: list[Corpus], home: Path) -> list[dict]:
     embedder, store = runtime.get_embedder(settings), runtime.get_store(settings)
     rows = []
     try:
+        # every corpus first, then every query: BM25's IDF is the collection's, so a set scored before
+        # the next corpus was added would see different statistics than the same set scored after it
+        summaries = {c.repo: index_repository(fetch(c), repo=c.repo, tenant="bench", settings=settings,
+                                              embedder=embedder, store=store) for c in corpora}
         for c in corpora:
-            root = fetch(c)
-            summary = index_repository(root, repo=c.repo, tenant="bench", settings=settings, embedder=embedder,
-                                       store=store)
+            summary = summaries[c.repo]
             queries = load_queries(c.queries)
 
             def search(q, repo=c.repo) -> list[str]:
