@@ -83,6 +83,7 @@ _SYMBOL_QUERY = re.compile(
     r"|[A-Z][A-Za-z0-9]*)$"  # Capitalised / ACRONYM
 )
 _IDENT_IN_TEXT = re.compile(r"[A-Za-z_][\w]*(?:(?:::|\.)[A-Za-z_][\w]*)*")
+_BARE_WORD = re.compile(r"^[A-Za-z_$][\w$]+$")
 _CODEY = re.compile(r"[a-z][A-Z]|[A-Z][a-z]+[A-Z]|_")
 _DEF_KEYWORDS = (
     "class|def|async def|function|func|fn|pub fn|pub struct|pub enum|pub trait|struct|interface|enum|trait|type|"
@@ -129,6 +130,8 @@ def query_symbols(text: str) -> set[str]:
             if sep in stripped:
                 names.add(re.split(r"::|\.|->|#", stripped)[-1])
         return names
+    if _BARE_WORD.match(stripped):  # `evolve`, `db`: may name a function or a module global; look for its definition
+        return {stripped}
     return {w for w in _IDENT_IN_TEXT.findall(text) if _CODEY.search(w) and len(w) > 2}
 
 

@@ -89,3 +89,12 @@ def test_a_book_keeps_its_prose_and_a_chapter_can_hold_several_of_the_top_places
     code += [cand(f"mod{m}.py", "def setup(): install()", 0.5, 3.0) for m in range(3)]
     top = score("installation", code)[:4]
     assert sum(c.payload["path"] == "core.py" for c in top) < 3
+
+
+def test_a_bare_word_query_lifts_the_chunk_that_defines_it():
+    ranked = score("evolve", [
+        cand("src/make.py", "new = evolve(inst, x=1)  # evolve returns a copy; evolve it again", 0.55, 9.0),
+        cand("src/funcs.py", "def evolve(inst, **changes):\n    return copy", 0.5, 7.0),
+    ])
+    assert ranked[0].payload["path"] == "src/funcs.py" and ranked[0].signals["definition"] == 1.0
+    assert not is_symbol_query("evolve")  # still a natural-language query: meaning keeps its weight
