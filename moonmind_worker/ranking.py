@@ -61,6 +61,8 @@ NL_WEIGHTS = Weights(semantic=0.40, lexical=0.25, path=0.15, definition=0.10, fi
 SYMBOL_WEIGHTS = Weights(semantic=0.15, lexical=0.30, path=0.10, definition=0.35, file=0.10)
 
 DIVERSITY_DECAY = 0.6
+#: Scores of a query none of whose words occurs among the candidates (gibberish, typos of every word).
+UNCONFIRMED_FACTOR = 0.5
 #: In a documentation corpus (a book) each section is its own unit: a chapter's second and third
 #: sections on the asked topic must not fall below passing mentions elsewhere (spec 05 SC-001).
 BOOK_DIVERSITY_DECAY = 0.9
@@ -277,6 +279,9 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
     names = query_symbols(query)
     words = frozenset(_content_words(query))
     best_bm25 = max(c.bm25 for c in cands)
+    # no word of the query occurs in any candidate ("qwxz plorf"): only the cosine speaks, and a static
+    # model's cosine for unrelated text is far above 0, so the relative signals would crown noise
+    unconfirmed = UNCONFIRMED_FACTOR if best_bm25 <= 0 and lexical.terms(query) else 1.0
 
     base: dict[int, float] = {}
     for i, c in enumerate(cands):
@@ -315,7 +320,7 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
             + w.definition * s["definition"]
             + w.file * s["file"]
         )
-        c.score = min(1.0, raw * s["prior"])
+        c.score = min(1.0, raw * s["prior"] * unconfirmed)
 
     # diversity: the n-th chunk of a file is discounted by decay^(n-1); prose sections of a book decay less
     ranked = sorted(cands, key=order_key)

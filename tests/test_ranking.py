@@ -98,3 +98,13 @@ def test_a_bare_word_query_lifts_the_chunk_that_defines_it():
     ])
     assert ranked[0].payload["path"] == "src/funcs.py" and ranked[0].signals["definition"] == 1.0
     assert not is_symbol_query("evolve")  # still a natural-language query: meaning keeps its weight
+
+
+def test_a_query_whose_words_occur_nowhere_scores_below_the_default_threshold():
+    from moonmind_worker.pipeline import THRESHOLDS
+
+    # a static model gives unrelated text a cosine near 0.5: without a word in common that is noise
+    noise = [cand(f"src/m{i}.py", "def build(): return make()", 0.56 - i * 0.02, 0.0, title="build") for i in range(5)]
+    assert max(c.score for c in score("qwxz plorf", noise)) < THRESHOLDS["moonmind-static-minilm-256"]
+    real = [cand(f"src/m{i}.py", "def build(): return make()", 0.56 - i * 0.02, 3.0 - i * 0.5) for i in range(5)]
+    assert max(c.score for c in score("build make", real)) >= THRESHOLDS["moonmind-static-minilm-256"]
