@@ -97,6 +97,7 @@ _TEST_PATH = re.compile(
 )
 _EXAMPLE_PATH = re.compile(r"(?:^|/)(?:_?examples?|docs_src|samples?|demo)/")
 _REEXPORT_NAMES = frozenset({"__init__.py", "index.js", "index.ts", "mod.rs", "package-info.java"})
+_DECLARATION_SUFFIXES = (".pyi", ".d.ts")
 _ASKS_FOR_TESTS = re.compile(r"\b(?:tests?|testing|spec|fixtures?|mock\w*)\b", re.IGNORECASE)
 _ASKS_FOR_DOCS = re.compile(
     r"\b(?:how (?:do|can|should) (?:i|you|we)|install\w*|set ?up|configur\w*|tutorial|guide|docs?|documentation"
@@ -227,8 +228,8 @@ def _prior(path: str, tests_wanted: bool, examples_wanted: bool) -> float:
     dirs, _, name = path.rpartition("/")
     if dirs and any(part.startswith(".") for part in dirs.split("/")):
         prior *= HIDDEN_PRIOR  # tool configuration (.github/, .vscode/, ...): ripgrep skips these by default
-    if name in _REEXPORT_NAMES:
-        prior *= REEXPORT_PRIOR
+    if name in _REEXPORT_NAMES or name.endswith(_DECLARATION_SUFFIXES):
+        prior *= REEXPORT_PRIOR  # a type stub restates the implementation's signatures, without the code
     return prior
 
 

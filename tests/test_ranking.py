@@ -108,3 +108,11 @@ def test_a_query_whose_words_occur_nowhere_scores_below_the_default_threshold():
     assert max(c.score for c in score("qwxz plorf", noise)) < THRESHOLDS["moonmind-static-minilm-256"]
     real = [cand(f"src/m{i}.py", "def build(): return make()", 0.56 - i * 0.02, 3.0 - i * 0.5) for i in range(5)]
     assert max(c.score for c in score("build make", real)) >= THRESHOLDS["moonmind-static-minilm-256"]
+
+
+def test_type_stubs_count_less_than_the_module_they_describe():
+    ranked = score("include or exclude attributes", [
+        cand("src/attr/filters.pyi", "def include(*what: type | str) -> Callable: ...", 0.6, 6.0),
+        cand("src/attr/filters.py", "def include(*what):\n    cls, names = _split_what(what)", 0.56, 5.5),
+    ])
+    assert ranked[0].payload["path"] == "src/attr/filters.py"
