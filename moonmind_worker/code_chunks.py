@@ -20,6 +20,7 @@ its line-aware splitter, so results never depend on the parser being there.
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -47,6 +48,10 @@ class _Syntax:
     leading: frozenset[str] = frozenset()  # siblings that belong to the definition below them
     flatten: frozenset[str] = frozenset()  # groupings whose children count as siblings (#ifdef)
     separator: str = "."
+    # C/C++ headers open namespaces and classes with macros (`NLOHMANN_JSON_NAMESPACE_BEGIN`,
+    # `Q_OBJECT`) that no grammar can expand: nearly every such file has a local parse error, and
+    # the line splitter sees only unindented definitions. Their ERROR nodes are opened like #ifdef.
+    tolerate_errors: bool = False
 
 
 _COMMENTS = frozenset({"comment"})
@@ -66,7 +71,7 @@ _TS = dict(wrappers=frozenset({"export_statement", "ambient_declaration", "expre
 _C_KINDS = {"function_definition": "", "struct_specifier": "", "union_specifier": "", "enum_specifier": "",
             "type_definition": ""}
 _C_FLATTEN = frozenset({"preproc_ifdef", "preproc_if", "preproc_else", "preproc_elif", "preproc_elifdef",
-                        "linkage_specification", "declaration_list"})
+                        "linkage_specification", "declaration_list", "ERROR"})
 
 SYNTAX: dict[str, _Syntax] = {
     "python": _Syntax(("tree_sitter_python", "language"),
@@ -90,13 +95,14 @@ SYNTAX: dict[str, _Syntax] = {
                      "compact_constructor_declaration": ""},
                     leading=frozenset({"line_comment", "block_comment"}),
                     flatten=frozenset({"enum_body_declarations"})),
-    "c": _Syntax(("tree_sitter_c", "language"), _C_KINDS, leading=_COMMENTS, flatten=_C_FLATTEN),
+    "c": _Syntax(("tree_sitter_c", "language"), _C_KINDS, leading=_COMMENTS, flatten=_C_FLATTEN,
+                 tolerate_errors=True),
     "cpp": _Syntax(("tree_sitter_cpp", "language"),
                    _C_KINDS | {"class_specifier": "body", "struct_specifier": "body",
                                "namespace_definition": "body", "concept_definition": "",
                                "alias_declaration": ""},
                    wrappers=frozenset({"template_declaration"}), leading=_COMMENTS, flatten=_C_FLATTEN,
-                   separator="::"),
+                   separator="::", tolerate_errors=True),
     "ruby": _Syntax(("tree_sitter_ruby", "language"),
                     {"method": "", "singleton_method": "", "class": "body", "module": "body"},
                     leading=_COMMENTS),
@@ -105,6 +111,9 @@ SYNTAX: dict[str, _Syntax] = {
 _FUNCTION_VALUES = frozenset({"arrow_function", "function_expression", "function", "generator_function",
                               "class", "class_expression"})
 _MAX_TITLE = 120
+#: A line that is only an upper-case macro (`NLOHMANN_JSON_NAMESPACE_BEGIN`, `Q_OBJECT`): it expands to
+#: something the grammar cannot see, and left in place it swallows the declaration after it.
+_BARE_MACRO = re.compile(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]{2,}[ \t]*$")
 _EXPORT_TARGETS = ("module.exports", "exports.")
 
 _LANGUAGES: dict[str, Language | None] = {}
@@ -181,8 +190,11 @@ def code_spans(text: str, lines: list[str], language: str, path: str, max_chars:
         return None
     try:
         src = text.encode("utf-8", "surrogatepass")
-        tree = parser.parse(src)
-        if tree.root_node.has_error:
+        if SYNTAX[name].tolerate_errors:  # blank bare macro lines, keeping every byte offset
+            tree = parser.parse(_BARE_MACRO.sub(lambda m: b" " * len(m.group(0)), src))
+        else:
+            tree = parser.parse(src)
+        if tree.root_node.has_error and not SYNTAX[name].tolerate_errors:
             return None
         line_chars = [0]
         for line in lines:

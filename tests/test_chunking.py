@@ -280,3 +280,15 @@ def test_rst_label_above_a_title_stays_with_its_section():
     assert flags.text.startswith(".. _flags:\n\nFlags\n-----")
     assert not any(c.text.strip() in (".. _guide:", ".. _flags:") for c in chunks)  # no label-only chunk
     _assert_exact(text, chunks)
+
+
+def test_cpp_header_with_a_namespace_macro_is_still_cut_at_its_definitions():
+    body = "".join(f"        int v{i} = {i};\n" for i in range(12))
+    text = (
+        "#pragma once\nLIB_NAMESPACE_BEGIN\nnamespace detail\n{\n\n"
+        f"class parse_error : public exception\n{{\n  public:\n    int position() const\n    {{\n{body}        return 0;\n    }}\n}};\n\n"
+        f"class type_error : public exception\n{{\n  public:\n    int code() const\n    {{\n{body}        return 1;\n    }}\n}};\n\n"
+        "}  // namespace detail\nLIB_NAMESPACE_END\n"
+    )
+    titles = [c.section_title for c in chunk_text(text, "exceptions.hpp", max_chars=400)]
+    assert titles[1].endswith("parse_error") and titles[2] == "detail::type_error"
