@@ -263,13 +263,21 @@ def _region(walk: _Walk, nodes: list[Node], first_line: int, title: str, prefix:
             last_was_definition = False
             continue
         qualified = f"{prefix}{syntax.separator}{name}" if prefix and name else (name or prefix)
+        own = _trait_impl_title(inner, walk, qualified)
         body_field = syntax.kinds[inner.type]
         body = inner.child_by_field_name(body_field) if body_field else None
         if body is not None and walk.chars(start, node) > walk.max_chars:
-            _region(walk, body.named_children, start, qualified, qualified)
+            _region(walk, body.named_children, start, own, qualified)
         else:
-            walk.cuts.append((start, qualified, prefix))
+            walk.cuts.append((start, own, prefix))
         last_was_definition = True
+
+
+def _trait_impl_title(node: Node, walk: _Walk, qualified: str) -> str:
+    """`Display for Wrapper` for a Rust trait impl: it implements the trait *for* the type, it does not
+    define the type, so its title must not claim the type's name (members stay `Wrapper::fmt`)."""
+    trait = node.child_by_field_name("trait") if node.type == "impl_item" else None
+    return f"{walk.text(trait)} for {qualified}"[:_MAX_TITLE] if trait is not None else qualified
 
 
 def _unwrap(node: Node, syntax: _Syntax) -> Node:

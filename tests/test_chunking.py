@@ -165,7 +165,7 @@ def test_rust_impl_members_are_qualified_and_keep_their_attributes():
     fmt = next(c for c in chunks if c.section_title == "Wrapper::fmt")
     assert fmt.text.lstrip().startswith("/// Formats it.\n    #[inline]\n    fn fmt")
     assert any(c.section_title == "Wrapper::width" for c in chunks)
-    assert chunks[1].section_title == "Wrapper: Wrapper, height" and chunks[1].text.startswith("impl<T> fmt::Display")
+    assert chunks[1].section_title == "Wrapper: fmt::Display for Wrapper, height" and chunks[1].text.startswith("impl<T> fmt::Display")
 
 
 def test_file_with_a_syntax_error_falls_back_to_the_line_splitter(monkeypatch):
@@ -292,3 +292,9 @@ def test_cpp_header_with_a_namespace_macro_is_still_cut_at_its_definitions():
     )
     titles = [c.section_title for c in chunk_text(text, "exceptions.hpp", max_chars=400)]
     assert titles[1].endswith("parse_error") and titles[2] == "detail::type_error"
+
+
+def test_a_rust_trait_impl_is_titled_trait_for_type_not_as_the_type():
+    text = "pub enum Value {\n    Null,\n}\n\nimpl fmt::Display for Value {\n    fn fmt(&self) {}\n}\n"
+    titles = [c.section_title for c in chunk_text(text, "value.rs", max_chars=40)]
+    assert titles == ["Value", "fmt::Display for Value", "Value::fmt"]
