@@ -157,6 +157,8 @@ def defines_in_text(text: str, name: str) -> bool:
         start = end
         if (end < len(text) and _is_word_char(text[end])) or (i > 0 and _is_word_char(text[i - 1])):
             continue
+        if text.startswith("::", end):  # `let Value::Object(m) = v`: a path through the name, a use
+            continue
         line_start = text.rfind("\n", 0, i) + 1
         if _DEF_PREFIX.search(text[line_start:i]):
             return True
@@ -312,6 +314,8 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
         s = c.signals
         s["file"] = per_file[c.payload["path"]] / best_file
         s["prior"] = _prior(c.payload["path"], tests_wanted, examples_wanted)
+        if s["definition"] and PurePosixPath(c.payload["path"]).name in _REEXPORT_NAMES:
+            s["prior"] /= REEXPORT_PRIOR  # it defines what was asked: not a re-export stub (mod.rs, index.js)
         if prose_down:
             s["prior"] *= _prose_prior(c.payload["path"])
         raw = (

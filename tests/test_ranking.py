@@ -116,3 +116,12 @@ def test_type_stubs_count_less_than_the_module_they_describe():
         cand("src/attr/filters.py", "def include(*what):\n    cls, names = _split_what(what)", 0.56, 5.5),
     ])
     assert ranked[0].payload["path"] == "src/attr/filters.py"
+
+
+def test_a_path_through_a_name_is_a_use_and_a_module_file_defining_it_is_no_stub():
+    assert not defines_in_text("if let Value::Object(map) = v {", "Value")
+    ranked = score("Value", [
+        cand("src/value/de.rs", "let Value::Object(map) = v;\nmatch v { Value::Null => 0 }", 0.6, 9.0, title="visit"),
+        cand("src/value/mod.rs", "pub enum Value {\n    Null,\n    Object(Map),\n}", 0.55, 8.0),
+    ])
+    assert ranked[0].payload["path"] == "src/value/mod.rs" and ranked[0].signals["prior"] == 1.0
