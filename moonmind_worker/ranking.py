@@ -181,6 +181,19 @@ def _content_words(text: str) -> set[str]:
     return {t for t in lexical.terms(text) if len(t) > 2}
 
 
+#: Abbreviations file names use for the words a question uses (`args.go` answers "positional arguments").
+#: Values are prefixes: a query word starting with one matches (`authenticat` ~ authentication, -ed).
+_ABBREVIATIONS = {
+    "arg": "argument", "args": "argument", "cmd": "command", "cmds": "command", "cfg": "config", "conf": "config",
+    "param": "parameter", "params": "parameter", "auth": "authenticat", "db": "database", "msg": "message",
+    "req": "request", "res": "response", "resp": "response", "err": "error", "errs": "error", "ctx": "context",
+    "fmt": "format", "util": "utilit", "utils": "utilit", "impl": "implement", "str": "string", "num": "number",
+    "env": "environment", "dir": "director", "doc": "document", "docs": "document", "pkg": "package",
+    "lib": "librar", "init": "initiali", "tmpl": "template", "src": "source", "srv": "server", "proc": "process",
+    "conn": "connection", "addr": "address", "buf": "buffer", "iter": "iterat", "val": "value", "mgr": "manager",
+}
+
+
 @lru_cache(maxsize=4096)
 def _path_words(path: str) -> frozenset[str]:
     """Words of a file's stem and of its parent directory, split like identifiers and stemmed."""
@@ -191,6 +204,7 @@ def _path_words(path: str) -> frozenset[str]:
         words |= set(lexical.terms(p.parent.name))
     if stem in ("__init__", "index", "mod", "main", "utils") and p.parent.name:
         words |= set(lexical.terms(p.parent.name))
+    words |= {_ABBREVIATIONS[w] for w in words if w in _ABBREVIATIONS}
     return frozenset(w for w in words if len(w) > 2)
 
 

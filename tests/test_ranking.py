@@ -125,3 +125,9 @@ def test_a_path_through_a_name_is_a_use_and_a_module_file_defining_it_is_no_stub
         cand("src/value/mod.rs", "pub enum Value {\n    Null,\n    Object(Map),\n}", 0.55, 8.0),
     ])
     assert ranked[0].payload["path"] == "src/value/mod.rs" and ranked[0].signals["prior"] == 1.0
+
+
+def test_an_abbreviated_file_name_matches_the_word_it_abbreviates():
+    assert path_match("args.go", frozenset({"positional", "argument"})) == 0.5
+    assert path_match("pkg/cmd/root.go", frozenset({"command"})) == 1.0
+    assert path_match("lib/auth.rb", frozenset({"authentication"})) == 1.0
