@@ -36,7 +36,7 @@ class Corpus:
 
     repo: str
     language: str
-    registry: str  # npm | pypi-sdist | pypi-wheel | deb
+    registry: str  # npm | pypi-sdist | pypi-wheel | deb | local (root is a folder on disk)
     spec: str  # exact version: name@1.2.3, name==1.2.3, or a Debian package=version
     root: str  # folder inside the unpacked package that is indexed ("" = all of it)
     queries: Path
@@ -77,6 +77,8 @@ def say(msg: str) -> None:
 
 def fetch(c: Corpus) -> Path:
     """The corpus root under bench/corpus/languages/<repo>, downloading and unpacking it once."""
+    if c.registry == "local":
+        return Path(c.root)
     dest = CORPUS_DIR / c.repo
     marker = dest / ".moonmind-spec"
     if marker.is_file() and marker.read_text() == c.spec:
