@@ -64,7 +64,8 @@ class IndexSummary:
 #: the next index run then re-chunks files it would otherwise skip as unchanged.
 #: 2: tree-sitter definitions and reStructuredText sections.
 #: 3: packed chunks titled with every definition they hold; chained and export assignments titled;
-#:    C/C++ files with a local parse error (namespace macros) cut by their syntax tree.
+#:    C/C++ files with a local parse error (namespace macros) cut by their syntax tree; the static
+#:    embedder splits camelCase identifiers before its tokenizer.
 CHUNK_RECIPE_VERSION = 3
 
 
