@@ -31,7 +31,9 @@ discount in (0, 1] — so the score is in [0, 1]:
   discounted by 0.9^(n-1), so a chapter's sections on the topic stay on top.
 
 Symbol-like queries (`HTTPException`, `field_validator`, `Sinatra::Base`) shift
-weight from cosine to BM25 and to definitions. Nothing here names a repository.
+weight from cosine to BM25 and to definitions. A query none of whose words occurs
+among the candidates is scored × 0.5: only the cosine speaks for it, and a static
+model's cosine for unrelated text is far above 0. Nothing here names a repository.
 """
 
 from __future__ import annotations
