@@ -143,6 +143,9 @@ def query_symbols(text: str) -> set[str]:
 _DEF_PREFIX = re.compile(rf"(?:^|\s)(?:{_DEF_KEYWORDS})\s+(?:\([^)]*\)\s*)?(?:[A-Za-z_]\w*(?:\.|::))*$")
 
 
+_ASSIGNED = re.compile(r"[ \t]*(?::[^=\n]+)?=(?!=)")
+
+
 def _is_word_char(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
@@ -163,6 +166,8 @@ def defines_in_text(text: str, name: str) -> bool:
             continue
         line_start = text.rfind("\n", 0, i) + 1
         if _DEF_PREFIX.search(text[line_start:i]):
+            return True
+        if i == line_start and _ASSIGNED.match(text, end):  # a module global: `NOTHING = ...`, `db: Engine = ...`
             return True
     return False
 

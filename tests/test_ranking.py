@@ -131,3 +131,14 @@ def test_an_abbreviated_file_name_matches_the_word_it_abbreviates():
     assert path_match("args.go", frozenset({"positional", "argument"})) == 0.5
     assert path_match("pkg/cmd/root.go", frozenset({"command"})) == 1.0
     assert path_match("lib/auth.rb", frozenset({"authentication"})) == 1.0
+
+
+def test_a_module_global_assignment_is_its_definition():
+    assert defines_in_text("import x\ndb = SQLAlchemy()", "db")
+    assert defines_in_text("DEFAULTS: dict[str, int] = {}", "DEFAULTS")
+    assert not defines_in_text("    db = local()", "db") and not defines_in_text("db == other", "db")
+    ranked = score("db", [
+        cand("app/views.py", "rows = db.session.query(User)\ndb.session.commit()", 0.5, 6.0),
+        cand("app/extensions.py", "db = SQLAlchemy()", 0.45, 5.0),
+    ])
+    assert ranked[0].payload["path"] == "app/extensions.py"
