@@ -44,7 +44,6 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 
 from . import lexical
-from .chunking import language_of
 from .store import Hit
 
 
@@ -106,7 +105,9 @@ _ASKS_FOR_DOCS = re.compile(
     r"|readme|why|getting started|changelog|changes?|release\w*|version\w*|deprecat\w*)\b",
     re.IGNORECASE,
 )
-_PROSE_LANGUAGES = frozenset({"markdown", "rst", "text"})
+_PROSE_SUFFIXES = frozenset({".md", ".markdown", ".rst", ".txt", ".adoc", ".asciidoc", ".rdoc", ".org", ".textile"})
+_DATA_SUFFIXES = frozenset({".json", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".lock", ".csv", ".xml", ".svg",
+                            ".html", ".css", ".map", ""})
 _CHANGELOG_NAME = re.compile(r"^(?:change(?:s|log)|history|news|release[-_ ]?notes)\b", re.IGNORECASE)
 _ASKS_FOR_EXAMPLES = re.compile(r"\b(?:examples?|samples?|demo|tutorial|usage)\b", re.IGNORECASE)
 
@@ -258,15 +259,24 @@ def _prior(path: str, tests_wanted: bool, examples_wanted: bool) -> float:
 
 @lru_cache(maxsize=8192)
 def _prose_prior(path: str) -> float:
-    """The prior of a prose file in a code repository (1.0 for code): change logs count least."""
-    if language_of(path) not in _PROSE_LANGUAGES:
+    """The prior of a prose file in a code repository (1.0 for anything else): change logs count least."""
+    if not is_prose(path):
         return 1.0
     return CHANGELOG_PRIOR if _CHANGELOG_NAME.match(PurePosixPath(path).name) else PROSE_PRIOR
 
 
+@lru_cache(maxsize=8192)
+def is_prose(path: str) -> bool:
+    """Documentation: markdown, reST and other text markup, or an upper-case file name (README, PKG-INFO)."""
+    p = PurePosixPath(path)
+    suffix = p.suffix.lower()
+    return suffix in _PROSE_SUFFIXES or (not suffix and p.name.upper() == p.name and any(ch.isalpha() for ch in p.name))
+
+
+@lru_cache(maxsize=8192)
 def is_code(path: str) -> bool:
-    """A source file (not markdown, reST, plain text, or configuration data)."""
-    return language_of(path) not in _PROSE_LANGUAGES | {"json", "yaml", "toml", "ini"}
+    """A source file: neither prose nor data. A language we have no name for (`.lua`, `.vue`) is code."""
+    return not is_prose(path) and PurePosixPath(path).suffix.lower() not in _DATA_SUFFIXES
 
 
 def merge(dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
