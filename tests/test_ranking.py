@@ -147,8 +147,8 @@ def test_a_module_global_assignment_is_its_definition():
 def test_source_in_a_language_without_a_grammar_is_code_not_prose():
     ranked = score("how are routes matched", [
         cand("docs/guide.md", "routes are matched in the order they were added", 0.55, 6.0),
-        cand("src/router.lua", "local function match(routes, path) for _, r in ipairs(routes) do", 0.5, 5.0),
+        cand("src/dispatch.lua", "local function match(routes, path) for _, r in ipairs(routes) do", 0.5, 5.0),
         cand("src/app.lua", "local app = {}", 0.3, 1.0),
         cand("src/util.lua", "local util = {}", 0.3, 1.0),
     ])
-    assert ranked[0].payload["path"] == "src/router.lua"
+    assert ranked[0].payload["path"] == "src/dispatch.lua"
