@@ -229,7 +229,9 @@ def _path_match(path: str, words: frozenset[str]) -> float:
     hit = 0
     for w in words:
         if w in parts or any(
-            len(short) >= 4 and long.startswith(short)
+            # a 3-letter query word may start a run-together file name (`url` -> urlmap.rb); a 3-letter
+            # name part must not swallow longer query words (`app` is no prefix match for "apply")
+            len(short) >= (3 if short == w else 4) and long.startswith(short)
             for part in parts
             for short, long in ((w, part) if len(w) <= len(part) else (part, w),)
         ):

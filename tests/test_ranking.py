@@ -152,3 +152,9 @@ def test_source_in_a_language_without_a_grammar_is_code_not_prose():
         cand("src/util.lua", "local util = {}", 0.3, 1.0),
     ])
     assert ranked[0].payload["path"] == "src/dispatch.lua"
+
+
+def test_a_three_letter_query_word_matches_the_start_of_a_run_together_file_name():
+    assert path_match("lib/rack/urlmap.rb", frozenset({"url"})) == 1.0  # urlmap = url + map
+    assert path_match("lib/rack/urlmap.rb", frozenset({"urlmapping"})) == 1.0
+    assert path_match("lib/rack/url.rb", frozenset({"urg"})) == 0.0
