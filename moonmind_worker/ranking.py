@@ -71,6 +71,7 @@ TEST_PRIOR = 0.6
 EXAMPLE_PRIOR = 0.7
 REEXPORT_PRIOR = 0.8
 HIDDEN_PRIOR = 0.7
+VENDORED_PRIOR = 0.7
 #: Prose (README, docs/*.md|rst) in a repository whose candidates are mostly code, for a query
 #: that does not ask for documentation: the answer to "how are X parsed" is the parsing module.
 PROSE_PRIOR = 0.75
@@ -99,6 +100,7 @@ _TEST_PATH = re.compile(
 _EXAMPLE_PATH = re.compile(r"(?:^|/)(?:_?examples?|docs_src|samples?|demo)/")
 _REEXPORT_NAMES = frozenset({"__init__.py", "index.js", "index.ts", "mod.rs", "package-info.java"})
 _DECLARATION_SUFFIXES = (".pyi", ".d.ts")
+_VENDORED_PATH = re.compile(r"(?:^|/)(?:third[_-]?party|vendor(?:ed)?|external|node_modules|_vendor)/", re.IGNORECASE)
 _ASKS_FOR_TESTS = re.compile(r"\b(?:tests?|testing|spec|fixtures?|mock\w*)\b", re.IGNORECASE)
 _ASKS_FOR_DOCS = re.compile(
     r"\b(?:how (?:do|can|should) (?:i|you|we)|install\w*|set ?up|configur\w*|tutorial|guide|docs?|documentation"
@@ -254,6 +256,8 @@ def _prior(path: str, tests_wanted: bool, examples_wanted: bool) -> float:
     dirs, _, name = path.rpartition("/")
     if dirs and any(part.startswith(".") for part in dirs.split("/")):
         prior *= HIDDEN_PRIOR  # tool configuration (.github/, .vscode/, ...): ripgrep skips these by default
+    if _VENDORED_PATH.search(path):
+        prior *= VENDORED_PRIOR  # someone else's code copied in: rarely what a question about this project means
     if name in _REEXPORT_NAMES or name.endswith(_DECLARATION_SUFFIXES):
         prior *= REEXPORT_PRIOR  # a type stub restates the implementation's signatures, without the code
     return prior

@@ -158,3 +158,11 @@ def test_a_three_letter_query_word_matches_the_start_of_a_run_together_file_name
     assert path_match("lib/rack/urlmap.rb", frozenset({"url"})) == 1.0  # urlmap = url + map
     assert path_match("lib/rack/urlmap.rb", frozenset({"urlmapping"})) == 1.0
     assert path_match("lib/rack/url.rb", frozenset({"urg"})) == 0.0
+
+
+def test_vendored_third_party_code_counts_less_than_the_project():
+    ranked = score("format a number", [
+        cand("third_party/fmt/format.h", "inline auto format_number(int n) -> std::string", 0.55, 6.0),
+        cand("src/format.h", "std::string format_number(int n);", 0.5, 5.5),
+    ])
+    assert ranked[0].payload["path"] == "src/format.h"
