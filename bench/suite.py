@@ -245,6 +245,23 @@ class Suite:
             self.add("NDCG@10 on shared/eval/fastapi.json (ours)", "", [quality["ours"].ndcg],
                      note=f"BM25 alone: {quality['bm25'].ndcg:.3f}")
 
+    def bench_languages(self, corpus: dict[str, Path]) -> None:
+        """File-level NDCG@10 per language (`bench.languages`). Quick: a smoke set on this checkout, no download."""
+        from . import languages
+
+        if self.quick:
+            corpora = [languages.Corpus("tiny", "Python (this checkout)", "local", "moonmind_worker (this checkout)",
+                                        str(corpus["tiny"]), ROOT / "bench" / "eval-python-moonmind.json")]
+        else:
+            corpora = languages.selected([], reference=True)
+        rows = languages.evaluate(corpora, self.work / "languages-home")
+        self.tables["Retrieval quality per language (file-level NDCG@10, `python -m bench.languages --reference`)"] = \
+            languages.table(rows).splitlines()
+        eight = [r["ndcg"] for r in rows if r["repo"] in {c.repo for c in languages.LANGUAGES}]
+        if eight:
+            self.add(f"NDCG@10, mean of {len(eight)} languages", "", [sum(eight) / len(eight)],
+                     "≥ 0.90 (issue 17)", sum(eight) / len(eight) >= 0.90)
+
     def bench_overlay(self, settings, embedder, store, corpus) -> None:
         from moonmind_worker.overlay import clean_overlay, upsert_overlay
 
@@ -604,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="repeats per figure (default 3, quick 2)")
     ap.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"), help="markdown file to update")
     ap.add_argument("--json", default=None, help="also write the raw figures as JSON here")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["index", "inprocess", "sweep", "sync", "owner", "queue", "gateway", "growth"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["index", "inprocess", "sweep", "sync", "owner", "queue", "gateway", "growth", "languages"])
     args = ap.parse_args(argv)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="moonmind-bench-") as tmp:
@@ -619,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             ("queue", suite.bench_cli_queue),
             ("gateway", lambda: suite.bench_gateway(corpus)),
             ("growth", suite.bench_growth),
+            ("languages", lambda: suite.bench_languages(corpus)),
         ]
         for name, step in steps:
             if name not in args.skip:

@@ -53,6 +53,7 @@ _DEF["php"] = re.compile(r"^\s{0,4}(?:(?:public|private|protected|static|final|a
 _DEF["swift"] = re.compile(r"^(?:(?:public|private|internal|open|final)\s+)*(?:func|class|struct|enum|protocol|extension)\s+([A-Za-z_]\w*)")
 
 _DECORATOR = re.compile(r"^@")
+_CONTAINER = re.compile(r"\b(?:class|interface|trait|enum|record|struct|protocol|extension)\s")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 #: a reStructuredText hyperlink target naming the section below it (`.. _options:`)
 _RST_LABEL = re.compile(r"^\.\. _[^:]+:\s*$")
@@ -108,6 +109,7 @@ class _Block:
 def _blocks(lines: list[str], language: str) -> list[_Block]:
     """Cut the file at structure boundaries: definitions or headings."""
     starts: list[tuple[int, str]] = [(0, "")]
+    scopes: dict[int, str] = {}
     if language == "markdown":
         path: list[tuple[int, str]] = []
         in_fence = False
@@ -126,6 +128,7 @@ def _blocks(lines: list[str], language: str) -> list[_Block]:
         pattern = _DEF.get(language)
         if pattern is not None:
             pending_decorator: int | None = None
+            container = ""  # the last unindented class/interface/trait: indented definitions are its members
             for i, line in enumerate(lines):
                 if _DECORATOR.match(line):
                     if pending_decorator is None:
@@ -133,7 +136,13 @@ def _blocks(lines: list[str], language: str) -> list[_Block]:
                     continue
                 m = pattern.match(line)
                 if m:
-                    starts.append((pending_decorator if pending_decorator is not None else i, m.group(1)))
+                    name = m.group(1)
+                    if not line[:1].isspace():
+                        container = name if _CONTAINER.search(line) else ""
+                    elif container:  # PHP/Java/C# methods: `Class.method`, packed only within the class
+                        name = f"{container}.{name}"
+                        scopes[pending_decorator if pending_decorator is not None else i] = container
+                    starts.append((pending_decorator if pending_decorator is not None else i, name))
                     pending_decorator = None
                 elif line.strip() and not line.startswith((" ", "\t", ")", "]")):
                     pending_decorator = None  # the decorator belonged to something else
@@ -142,7 +151,7 @@ def _blocks(lines: list[str], language: str) -> list[_Block]:
     for n, (s, title) in enumerate(starts):
         e = starts[n + 1][0] if n + 1 < len(starts) else len(lines)
         if e > s:
-            blocks.append(_Block(s, e, title))
+            blocks.append(_Block(s, e, title, scopes.get(s, "")))
     # blocks with no title inherit the previous block's title (a module prelude stays untitled)
     for n in range(1, len(blocks)):
         if not blocks[n].title:
@@ -217,6 +226,38 @@ def _bare_heading(lines: list[str], language: str) -> bool:
     return all(not line.strip() or _HEADING.match(line) for line in lines)
 
 
+#: A packed chunk's title lists its definitions up to this length, then ends with ", …".
+MAX_PACKED_TITLE = 200
+_SCOPE_SEP = re.compile(r"\.|::")
+
+
+def _packed_title(title: str, name: str, scope: str) -> str:
+    """`title` (maybe already a list) with one more definition `name`: `Scope: a, b` or `a, b` at top level.
+
+    A block titled with the scope itself is code between definitions, not a definition: it adds nothing.
+    """
+    if not name or name == scope or title.endswith(", …"):
+        return title or name
+    short = name
+    for sep in (".", "::"):
+        if scope and name.startswith(scope + sep):
+            short = name[len(scope) + len(sep):]
+    if not title:
+        return name
+    if title == scope:  # the opened class's head (it defines the class itself), then its first member
+        return f"{scope}: {_SCOPE_SEP.split(scope)[-1]}, {short}"
+    if scope and not title.startswith(scope + ": "):
+        first = title
+        for sep in (".", "::"):
+            if title.startswith(scope + sep):
+                first = title[len(scope) + len(sep):]
+        title = f"{scope}: {first}"
+    if short in title.split(": ", 1)[-1].split(", "):
+        return title
+    joined = f"{title}, {short}"
+    return joined if len(joined) <= MAX_PACKED_TITLE else f"{title}, …"
+
+
 def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int = 2) -> list[Chunk]:
     """Chunk one file's text; deterministic for the same input and settings."""
     if not text.strip():
@@ -260,9 +301,10 @@ def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int =
             if fits:
                 pending.title = block.title
         if pending and fits:
-            # several members of one class are about that class; elsewhere the first name leads
+            # several definitions packed together: the title names each of them (the definition
+            # signal reads titles, so naming only the first one or the class hid the others)
             if pending.title != block.title:
-                pending.title = pending.scope or pending.title or block.title
+                pending.title = _packed_title(pending.title, block.title, pending.scope)
             pending.end = block.end
         else:
             if pending:

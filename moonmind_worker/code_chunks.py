@@ -20,6 +20,7 @@ its line-aware splitter, so results never depend on the parser being there.
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -47,6 +48,10 @@ class _Syntax:
     leading: frozenset[str] = frozenset()  # siblings that belong to the definition below them
     flatten: frozenset[str] = frozenset()  # groupings whose children count as siblings (#ifdef)
     separator: str = "."
+    # C/C++ headers open namespaces and classes with macros (`NLOHMANN_JSON_NAMESPACE_BEGIN`,
+    # `Q_OBJECT`) that no grammar can expand: nearly every such file has a local parse error, and
+    # the line splitter sees only unindented definitions. Their ERROR nodes are opened like #ifdef.
+    tolerate_errors: bool = False
 
 
 _COMMENTS = frozenset({"comment"})
@@ -66,7 +71,7 @@ _TS = dict(wrappers=frozenset({"export_statement", "ambient_declaration", "expre
 _C_KINDS = {"function_definition": "", "struct_specifier": "", "union_specifier": "", "enum_specifier": "",
             "type_definition": ""}
 _C_FLATTEN = frozenset({"preproc_ifdef", "preproc_if", "preproc_else", "preproc_elif", "preproc_elifdef",
-                        "linkage_specification", "declaration_list"})
+                        "linkage_specification", "declaration_list", "ERROR"})
 
 SYNTAX: dict[str, _Syntax] = {
     "python": _Syntax(("tree_sitter_python", "language"),
@@ -90,13 +95,14 @@ SYNTAX: dict[str, _Syntax] = {
                      "compact_constructor_declaration": ""},
                     leading=frozenset({"line_comment", "block_comment"}),
                     flatten=frozenset({"enum_body_declarations"})),
-    "c": _Syntax(("tree_sitter_c", "language"), _C_KINDS, leading=_COMMENTS, flatten=_C_FLATTEN),
+    "c": _Syntax(("tree_sitter_c", "language"), _C_KINDS, leading=_COMMENTS, flatten=_C_FLATTEN,
+                 tolerate_errors=True),
     "cpp": _Syntax(("tree_sitter_cpp", "language"),
                    _C_KINDS | {"class_specifier": "body", "struct_specifier": "body",
                                "namespace_definition": "body", "concept_definition": "",
                                "alias_declaration": ""},
                    wrappers=frozenset({"template_declaration"}), leading=_COMMENTS, flatten=_C_FLATTEN,
-                   separator="::"),
+                   separator="::", tolerate_errors=True),
     "ruby": _Syntax(("tree_sitter_ruby", "language"),
                     {"method": "", "singleton_method": "", "class": "body", "module": "body"},
                     leading=_COMMENTS),
@@ -105,6 +111,10 @@ SYNTAX: dict[str, _Syntax] = {
 _FUNCTION_VALUES = frozenset({"arrow_function", "function_expression", "function", "generator_function",
                               "class", "class_expression"})
 _MAX_TITLE = 120
+#: A line that is only an upper-case macro (`NLOHMANN_JSON_NAMESPACE_BEGIN`, `Q_OBJECT`): it expands to
+#: something the grammar cannot see, and left in place it swallows the declaration after it.
+_BARE_MACRO = re.compile(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]{2,}[ \t]*$")
+_EXPORT_TARGETS = ("module.exports", "exports.")
 
 _LANGUAGES: dict[str, Language | None] = {}
 _LOCAL = threading.local()
@@ -180,8 +190,11 @@ def code_spans(text: str, lines: list[str], language: str, path: str, max_chars:
         return None
     try:
         src = text.encode("utf-8", "surrogatepass")
-        tree = parser.parse(src)
-        if tree.root_node.has_error:
+        if SYNTAX[name].tolerate_errors:  # blank bare macro lines, keeping every byte offset
+            tree = parser.parse(_BARE_MACRO.sub(lambda m: b" " * len(m.group(0)), src))
+        else:
+            tree = parser.parse(src)
+        if tree.root_node.has_error and not SYNTAX[name].tolerate_errors:
             return None
         line_chars = [0]
         for line in lines:
@@ -250,13 +263,21 @@ def _region(walk: _Walk, nodes: list[Node], first_line: int, title: str, prefix:
             last_was_definition = False
             continue
         qualified = f"{prefix}{syntax.separator}{name}" if prefix and name else (name or prefix)
+        own = _trait_impl_title(inner, walk, qualified)
         body_field = syntax.kinds[inner.type]
         body = inner.child_by_field_name(body_field) if body_field else None
         if body is not None and walk.chars(start, node) > walk.max_chars:
-            _region(walk, body.named_children, start, qualified, qualified)
+            _region(walk, body.named_children, start, own, qualified)
         else:
-            walk.cuts.append((start, qualified, prefix))
+            walk.cuts.append((start, own, prefix))
         last_was_definition = True
+
+
+def _trait_impl_title(node: Node, walk: _Walk, qualified: str) -> str:
+    """`Display for Wrapper` for a Rust trait impl: it implements the trait *for* the type, it does not
+    define the type, so its title must not claim the type's name (members stay `Wrapper::fmt`)."""
+    trait = node.child_by_field_name("trait") if node.type == "impl_item" else None
+    return f"{walk.text(trait)} for {qualified}"[:_MAX_TITLE] if trait is not None else qualified
 
 
 def _unwrap(node: Node, syntax: _Syntax) -> Node:
@@ -286,12 +307,18 @@ def _name(node: Node, walk: _Walk) -> str | None:
         return None
     if kind == "expression_statement":  # exports.run = function () {...}; Foo.prototype.bar = ...
         expr = node.named_children[0] if node.named_child_count else None
-        if expr is None or expr.type != "assignment_expression":
+        targets: list[str] = []
+        while expr is not None and expr.type == "assignment_expression":  # res.type = res.contentType = fn
+            left = expr.child_by_field_name("left")
+            if left is not None:
+                targets.append(walk.text(left))
+            expr = expr.child_by_field_name("right")
+        if not targets:
             return None
-        if not _function_valued(expr.child_by_field_name("right")):
+        # a function value defines its names; an export (`module.exports.x = ...`) defines one whatever its value
+        if not (_function_valued(expr) or any(t.startswith(_EXPORT_TARGETS) for t in targets)):
             return None
-        left = expr.child_by_field_name("left")
-        return walk.text(left)[:_MAX_TITLE] if left is not None else ""
+        return ", ".join(targets)[:_MAX_TITLE]
     if kind in ("field_definition", "public_field_definition"):  # handleClick = () => {...}
         if not _function_valued(node.child_by_field_name("value")):
             return None

@@ -63,7 +63,10 @@ class IndexSummary:
 #: Bumped whenever chunk boundaries, or what is embedded and BM25-indexed per chunk, change:
 #: the next index run then re-chunks files it would otherwise skip as unchanged.
 #: 2: tree-sitter definitions and reStructuredText sections.
-CHUNK_RECIPE_VERSION = 2
+#: 3: packed chunks titled with every definition they hold; chained and export assignments titled;
+#:    C/C++ files with a local parse error (namespace macros) cut by their syntax tree; the static
+#:    embedder splits camelCase identifiers before its tokenizer.
+CHUNK_RECIPE_VERSION = 3
 
 
 def chunk_recipe(settings: Settings) -> str:

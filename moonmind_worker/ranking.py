@@ -23,12 +23,17 @@ discount in (0, 1] — so the score is in [0, 1]:
   relative to the best-supported file (several good chunks → a central file);
 * prior — test files, examples, re-export stubs (`__init__.py`, `index.js`) and
   files under hidden tool directories (`.github/`) count less (× 0.6–0.8) unless
-  the query asks for tests or examples;
+  the query asks for tests or examples; in a code repository (most candidate
+  files are code) prose counts less (× 0.75, change logs × 0.6) unless the query
+  asks for documentation ("how do I", install, configure, why, ...);
 * diversity — the n-th chunk of the same file is discounted by 0.6^(n-1), so one
-  long file cannot fill top_k.
+  long file cannot fill top_k; in a documentation corpus a file's sections are
+  discounted by 0.9^(n-1), so a chapter's sections on the topic stay on top.
 
 Symbol-like queries (`HTTPException`, `field_validator`, `Sinatra::Base`) shift
-weight from cosine to BM25 and to definitions. Nothing here names a repository.
+weight from cosine to BM25 and to definitions. A query none of whose words occurs
+among the candidates is scored × 0.5: only the cosine speaks for it, and a static
+model's cosine for unrelated text is far above 0. Nothing here names a repository.
 """
 
 from __future__ import annotations
@@ -57,10 +62,23 @@ NL_WEIGHTS = Weights(semantic=0.40, lexical=0.25, path=0.15, definition=0.10, fi
 SYMBOL_WEIGHTS = Weights(semantic=0.15, lexical=0.30, path=0.10, definition=0.35, file=0.10)
 
 DIVERSITY_DECAY = 0.6
+#: Scores of a query none of whose words occurs among the candidates (gibberish, typos of every word).
+UNCONFIRMED_FACTOR = 0.5
+#: In a documentation corpus (a book) each section is its own unit: a chapter's second and third
+#: sections on the asked topic must not fall below passing mentions elsewhere (spec 05 SC-001).
+BOOK_DIVERSITY_DECAY = 0.9
 TEST_PRIOR = 0.6
 EXAMPLE_PRIOR = 0.7
 REEXPORT_PRIOR = 0.8
 HIDDEN_PRIOR = 0.7
+VENDORED_PRIOR = 0.7
+#: Prose (README, docs/*.md|rst) in a repository whose candidates are mostly code, for a query
+#: that does not ask for documentation: the answer to "how are X parsed" is the parsing module.
+PROSE_PRIOR = 0.75
+#: Change logs mention every feature by name in one line each; they answer only "what changed".
+CHANGELOG_PRIOR = 0.6
+#: A candidate pool with at least this share of code files is a code repository's.
+CODE_REPOSITORY_SHARE = 0.5
 
 _SYMBOL_QUERY = re.compile(
     r"^(?:[A-Za-z_][\w]*(?:(?:::|\.|->|#)[A-Za-z_][\w]*)+"  # qualified: a.b, A::B
@@ -69,6 +87,7 @@ _SYMBOL_QUERY = re.compile(
     r"|[A-Z][A-Za-z0-9]*)$"  # Capitalised / ACRONYM
 )
 _IDENT_IN_TEXT = re.compile(r"[A-Za-z_][\w]*(?:(?:::|\.)[A-Za-z_][\w]*)*")
+_BARE_WORD = re.compile(r"^[A-Za-z_$][\w$]+$")
 _CODEY = re.compile(r"[a-z][A-Z]|[A-Z][a-z]+[A-Z]|_")
 _DEF_KEYWORDS = (
     "class|def|async def|function|func|fn|pub fn|pub struct|pub enum|pub trait|struct|interface|enum|trait|type|"
@@ -80,7 +99,18 @@ _TEST_PATH = re.compile(
 )
 _EXAMPLE_PATH = re.compile(r"(?:^|/)(?:_?examples?|docs_src|samples?|demo)/")
 _REEXPORT_NAMES = frozenset({"__init__.py", "index.js", "index.ts", "mod.rs", "package-info.java"})
+_DECLARATION_SUFFIXES = (".pyi", ".d.ts")
+_VENDORED_PATH = re.compile(r"(?:^|/)(?:third[_-]?party|vendor(?:ed)?|external|node_modules|_vendor)/", re.IGNORECASE)
 _ASKS_FOR_TESTS = re.compile(r"\b(?:tests?|testing|spec|fixtures?|mock\w*)\b", re.IGNORECASE)
+_ASKS_FOR_DOCS = re.compile(
+    r"\b(?:how (?:do|can|should) (?:i|you|we)|install\w*|set ?up|configur\w*|tutorial|guide|docs?|documentation"
+    r"|readme|why|getting started|changelog|changes?|release\w*|version\w*|deprecat\w*)\b",
+    re.IGNORECASE,
+)
+_PROSE_SUFFIXES = frozenset({".md", ".markdown", ".rst", ".txt", ".adoc", ".asciidoc", ".rdoc", ".org", ".textile"})
+_DATA_SUFFIXES = frozenset({".json", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".lock", ".csv", ".xml", ".svg",
+                            ".html", ".css", ".map", ""})
+_CHANGELOG_NAME = re.compile(r"^(?:change(?:s|log)|history|news|release[-_ ]?notes)\b", re.IGNORECASE)
 _ASKS_FOR_EXAMPLES = re.compile(r"\b(?:examples?|samples?|demo|tutorial|usage)\b", re.IGNORECASE)
 
 
@@ -108,10 +138,15 @@ def query_symbols(text: str) -> set[str]:
             if sep in stripped:
                 names.add(re.split(r"::|\.|->|#", stripped)[-1])
         return names
+    if _BARE_WORD.match(stripped):  # `evolve`, `db`: may name a function or a module global; look for its definition
+        return {stripped}
     return {w for w in _IDENT_IN_TEXT.findall(text) if _CODEY.search(w) and len(w) > 2}
 
 
 _DEF_PREFIX = re.compile(rf"(?:^|\s)(?:{_DEF_KEYWORDS})\s+(?:\([^)]*\)\s*)?(?:[A-Za-z_]\w*(?:\.|::))*$")
+
+
+_ASSIGNED = re.compile(r"[ \t]*(?::[^=\n]+)?=(?!=)")
 
 
 def _is_word_char(ch: str) -> bool:
@@ -130,8 +165,12 @@ def defines_in_text(text: str, name: str) -> bool:
         start = end
         if (end < len(text) and _is_word_char(text[end])) or (i > 0 and _is_word_char(text[i - 1])):
             continue
+        if text.startswith("::", end):  # `let Value::Object(m) = v`: a path through the name, a use
+            continue
         line_start = text.rfind("\n", 0, i) + 1
         if _DEF_PREFIX.search(text[line_start:i]):
+            return True
+        if i == line_start and _ASSIGNED.match(text, end):  # a module global: `NOTHING = ...`, `db: Engine = ...`
             return True
     return False
 
@@ -139,15 +178,30 @@ def defines_in_text(text: str, name: str) -> bool:
 def defines(payload: dict, names: set[str]) -> bool:
     """True when the chunk defines one of `names` (its enclosing symbol or a definition line in it)."""
     title = payload.get("section_title") or ""
-    last = re.split(r"\.|::|>", title)[-1].strip()
-    if last and last in names:
-        return True
+    # a packed chunk's title lists its definitions: `Scope: a, b` or `res.send, res.json`
+    for entry in title.split(": ", 1)[-1].split(", "):
+        last = re.split(r"\.|::|>", entry)[-1].strip()
+        if last and last in names:
+            return True
     text = payload.get("text") or ""
     return any(defines_in_text(text, name) for name in names)
 
 
 def _content_words(text: str) -> set[str]:
     return {t for t in lexical.terms(text) if len(t) > 2}
+
+
+#: Abbreviations file names use for the words a question uses (`args.go` answers "positional arguments").
+#: Values are prefixes: a query word starting with one matches (`authenticat` ~ authentication, -ed).
+_ABBREVIATIONS = {
+    "arg": "argument", "args": "argument", "cmd": "command", "cmds": "command", "cfg": "config", "conf": "config",
+    "param": "parameter", "params": "parameter", "auth": "authenticat", "db": "database", "msg": "message",
+    "req": "request", "res": "response", "resp": "response", "err": "error", "errs": "error", "ctx": "context",
+    "fmt": "format", "util": "utilit", "utils": "utilit", "impl": "implement", "str": "string", "num": "number",
+    "env": "environment", "dir": "director", "doc": "document", "docs": "document", "pkg": "package",
+    "lib": "librar", "init": "initiali", "tmpl": "template", "src": "source", "srv": "server", "proc": "process",
+    "conn": "connection", "addr": "address", "buf": "buffer", "iter": "iterat", "val": "value", "mgr": "manager",
+}
 
 
 @lru_cache(maxsize=4096)
@@ -160,6 +214,7 @@ def _path_words(path: str) -> frozenset[str]:
         words |= set(lexical.terms(p.parent.name))
     if stem in ("__init__", "index", "mod", "main", "utils") and p.parent.name:
         words |= set(lexical.terms(p.parent.name))
+    words |= {_ABBREVIATIONS[w] for w in words if w in _ABBREVIATIONS}
     return frozenset(w for w in words if len(w) > 2)
 
 
@@ -176,7 +231,9 @@ def _path_match(path: str, words: frozenset[str]) -> float:
     hit = 0
     for w in words:
         if w in parts or any(
-            len(short) >= 4 and long.startswith(short)
+            # a 3-letter query word may start a run-together file name (`url` -> urlmap.rb); a 3-letter
+            # name part must not swallow longer query words (`app` is no prefix match for "apply")
+            len(short) >= (3 if short == w else 4) and long.startswith(short)
             for part in parts
             for short, long in ((w, part) if len(w) <= len(part) else (part, w),)
         ):
@@ -199,9 +256,33 @@ def _prior(path: str, tests_wanted: bool, examples_wanted: bool) -> float:
     dirs, _, name = path.rpartition("/")
     if dirs and any(part.startswith(".") for part in dirs.split("/")):
         prior *= HIDDEN_PRIOR  # tool configuration (.github/, .vscode/, ...): ripgrep skips these by default
-    if name in _REEXPORT_NAMES:
-        prior *= REEXPORT_PRIOR
+    if _VENDORED_PATH.search(path):
+        prior *= VENDORED_PRIOR  # someone else's code copied in: rarely what a question about this project means
+    if name in _REEXPORT_NAMES or name.endswith(_DECLARATION_SUFFIXES):
+        prior *= REEXPORT_PRIOR  # a type stub restates the implementation's signatures, without the code
     return prior
+
+
+@lru_cache(maxsize=8192)
+def _prose_prior(path: str) -> float:
+    """The prior of a prose file in a code repository (1.0 for anything else): change logs count least."""
+    if not is_prose(path):
+        return 1.0
+    return CHANGELOG_PRIOR if _CHANGELOG_NAME.match(PurePosixPath(path).name) else PROSE_PRIOR
+
+
+@lru_cache(maxsize=8192)
+def is_prose(path: str) -> bool:
+    """Documentation: markdown, reST and other text markup, or an upper-case file name (README, PKG-INFO)."""
+    p = PurePosixPath(path)
+    suffix = p.suffix.lower()
+    return suffix in _PROSE_SUFFIXES or (not suffix and p.name.upper() == p.name and any(ch.isalpha() for ch in p.name))
+
+
+@lru_cache(maxsize=8192)
+def is_code(path: str) -> bool:
+    """A source file: neither prose nor data. A language we have no name for (`.lua`, `.vue`) is code."""
+    return not is_prose(path) and PurePosixPath(path).suffix.lower() not in _DATA_SUFFIXES
 
 
 def merge(dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
@@ -238,6 +319,9 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
     names = query_symbols(query)
     words = frozenset(_content_words(query))
     best_bm25 = max(c.bm25 for c in cands)
+    # no word of the query occurs in any candidate ("qwxz plorf"): only the cosine speaks, and a static
+    # model's cosine for unrelated text is far above 0, so the relative signals would crown noise
+    unconfirmed = UNCONFIRMED_FACTOR if best_bm25 <= 0 and lexical.terms(query) else 1.0
 
     base: dict[int, float] = {}
     for i, c in enumerate(cands):
@@ -257,11 +341,20 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
         per_file[c.payload["path"]] = per_file.get(c.payload["path"], 0.0) + base[i]
     best_file = max(per_file.values()) or 1.0
     tests_wanted, examples_wanted = bool(_ASKS_FOR_TESTS.search(query)), bool(_ASKS_FOR_EXAMPLES.search(query))
+    # a code repository (judged from what this query found) and a question not about documentation:
+    # prose there restates the code in passing, so it counts less; a book keeps its prose whole
+    files = {c.payload["path"] for c in cands}  # files, not chunks: one long change log is one file
+    code_share = sum(1 for f in files if is_code(f)) / len(files)
+    prose_down = code_share >= CODE_REPOSITORY_SHARE and not _ASKS_FOR_DOCS.search(query)
 
     for i, c in enumerate(cands):
         s = c.signals
         s["file"] = per_file[c.payload["path"]] / best_file
         s["prior"] = _prior(c.payload["path"], tests_wanted, examples_wanted)
+        if s["definition"] and PurePosixPath(c.payload["path"]).name in _REEXPORT_NAMES:
+            s["prior"] /= REEXPORT_PRIOR  # it defines what was asked: not a re-export stub (mod.rs, index.js)
+        if prose_down:
+            s["prior"] *= _prose_prior(c.payload["path"])
         raw = (
             w.semantic * s["cosine"]
             + w.lexical * s["lexical"]
@@ -269,14 +362,15 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
             + w.definition * s["definition"]
             + w.file * s["file"]
         )
-        c.score = min(1.0, raw * s["prior"])
+        c.score = min(1.0, raw * s["prior"] * unconfirmed)
 
-    # diversity: the n-th chunk of a file is discounted by DIVERSITY_DECAY^(n-1)
+    # diversity: the n-th chunk of a file is discounted by decay^(n-1); prose sections of a book decay less
     ranked = sorted(cands, key=order_key)
     seen: dict[str, int] = {}
     for c in ranked:
         n = seen.get(c.payload["path"], 0)
         seen[c.payload["path"]] = n + 1
-        c.signals["diversity"] = DIVERSITY_DECAY**n
+        book_section = code_share < CODE_REPOSITORY_SHARE and not is_code(c.payload["path"])
+        c.signals["diversity"] = (BOOK_DIVERSITY_DECAY if book_section else DIVERSITY_DECAY) ** n
         c.score *= c.signals["diversity"]
     return sorted(ranked, key=order_key)

@@ -30,6 +30,7 @@ def test_quick_benchmark_runs_every_stage_and_keeps_other_sections(tmp_path):
         "| peak memory, Celery worker (solo, warm) |", "| peak memory, CLI `rag search` sync |",
         "### Growth: embedded store (Qdrant Edge), synthetic vectors", "### Baseline: Qdrant Edge vs qdrant-client local mode",
         "### Baseline: BM25 alone vs ours", "### Where one machine stops being enough",
+        "### Retrieval quality per language",
     ):
         assert figure in text, figure
     assert "| 1,000 | 1,000 |" in text  # the growth row reached its size

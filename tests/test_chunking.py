@@ -78,13 +78,29 @@ def test_members_of_a_split_class_do_not_pack_with_the_next_top_level_definition
     assert helper.section_title == "helper" and "def size" not in helper.text
 
 
-def test_several_small_methods_packed_together_are_titled_by_their_class():
+def test_several_small_methods_packed_together_are_titled_with_each_of_their_names():
     methods = "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range(30))
     text = "class Many:\n" + methods
     chunks = chunk_text(text, "many.py", max_chars=400)
     assert len(chunks) > 2
     assert all(c.section_title.startswith("Many") for c in chunks)
-    assert any(c.section_title == "Many" and "def m5" in c.text and "def m6" in c.text for c in chunks)
+    packed = next(c for c in chunks if "def m5" in c.text and "def m6" in c.text)
+    assert packed.section_title.startswith("Many: ") and {"m5", "m6"} <= set(packed.section_title[6:].split(", "))
+
+
+def test_chained_and_export_assignments_are_titled_with_every_name():
+    text = (
+        "res.contentType =\nres.type = function contentType(type) {\n  return type;\n};\n\n"
+        "module.exports.limit = 10;\n"
+    )
+    titles = [c.section_title for c in chunk_text(text, "response.js", max_chars=80)]
+    assert titles == ["res.contentType, res.type", "module.exports.limit"]
+
+
+def test_php_methods_are_titled_with_their_class():
+    text = "<?php\nclass StreamHandler\n{\n    public function write(array $r): void\n    {\n" + "        $x = 1;\n" * 20 + "    }\n}\n"
+    titles = [c.section_title for c in chunk_text(text, "StreamHandler.php", max_chars=200)]
+    assert "StreamHandler.write" in titles
 
 
 LANGUAGE_SOURCES = {
@@ -149,7 +165,7 @@ def test_rust_impl_members_are_qualified_and_keep_their_attributes():
     fmt = next(c for c in chunks if c.section_title == "Wrapper::fmt")
     assert fmt.text.lstrip().startswith("/// Formats it.\n    #[inline]\n    fn fmt")
     assert any(c.section_title == "Wrapper::width" for c in chunks)
-    assert chunks[1].section_title == "Wrapper" and chunks[1].text.startswith("impl<T> fmt::Display")
+    assert chunks[1].section_title == "Wrapper: fmt::Display for Wrapper, height" and chunks[1].text.startswith("impl<T> fmt::Display")
 
 
 def test_file_with_a_syntax_error_falls_back_to_the_line_splitter(monkeypatch):
@@ -264,3 +280,21 @@ def test_rst_label_above_a_title_stays_with_its_section():
     assert flags.text.startswith(".. _flags:\n\nFlags\n-----")
     assert not any(c.text.strip() in (".. _guide:", ".. _flags:") for c in chunks)  # no label-only chunk
     _assert_exact(text, chunks)
+
+
+def test_cpp_header_with_a_namespace_macro_is_still_cut_at_its_definitions():
+    body = "".join(f"        int v{i} = {i};\n" for i in range(12))
+    text = (
+        "#pragma once\nLIB_NAMESPACE_BEGIN\nnamespace detail\n{\n\n"
+        f"class parse_error : public exception\n{{\n  public:\n    int position() const\n    {{\n{body}        return 0;\n    }}\n}};\n\n"
+        f"class type_error : public exception\n{{\n  public:\n    int code() const\n    {{\n{body}        return 1;\n    }}\n}};\n\n"
+        "}  // namespace detail\nLIB_NAMESPACE_END\n"
+    )
+    titles = [c.section_title for c in chunk_text(text, "exceptions.hpp", max_chars=400)]
+    assert titles[1].endswith("parse_error") and titles[2] == "detail::type_error"
+
+
+def test_a_rust_trait_impl_is_titled_trait_for_type_not_as_the_type():
+    text = "pub enum Value {\n    Null,\n}\n\nimpl fmt::Display for Value {\n    fn fmt(&self) {}\n}\n"
+    titles = [c.section_title for c in chunk_text(text, "value.rs", max_chars=40)]
+    assert titles == ["Value", "fmt::Display for Value", "Value::fmt"]

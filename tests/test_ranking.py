@@ -66,3 +66,103 @@ def test_definition_and_symbol_detection_across_languages():
     assert defines_in_text("export const createStore = () => {}", "createStore")
     assert not defines_in_text("x = OAuth2PasswordBearer(tokenUrl='t')", "OAuth2PasswordBearer")
     assert not defines_in_text("class OAuth2PasswordBearerX:", "OAuth2PasswordBearer")
+
+
+def test_prose_counts_less_than_code_in_a_code_repository_unless_the_query_asks_for_docs():
+    chunks = lambda: [
+        cand("CHANGELOG.md", "query string parser now handles arrays", 0.55, 6.0),
+        cand("README.md", "the query string parser turns ?a=1 into a dict", 0.55, 6.0),
+        cand("lib/query.js", "function parseQuery(str) { return qs.parse(str) }", 0.5, 5.0),
+        cand("lib/router.js", "function route(req) {}", 0.3, 1.0),
+    ]
+    assert score("how are query strings parsed", chunks())[0].payload["path"] == "lib/query.js"
+    assert score("how do I configure the query string parser", chunks())[0].payload["path"] != "lib/query.js"
+
+
+def test_a_book_keeps_its_prose_and_a_chapter_can_hold_several_of_the_top_places():
+    book = [cand("docs/ros2/install.md", f"install ROS 2 step {i}", 0.7 - i * 0.02, 6.0 - i, offset=i * 100,
+                 title=f"Install > Step {i}") for i in range(3)]
+    book += [cand(f"docs/module-{m}/intro.md", "needs a ROS 2 installation first", 0.5, 3.0) for m in range(3)]
+    top = score("ROS2 installation", book)[:5]
+    assert sum(c.payload["path"] == "docs/ros2/install.md" for c in top) == 3
+    code = [cand("core.py", f"def install_{i}(): pass", 0.7 - i * 0.02, 6.0 - i, offset=i * 100) for i in range(3)]
+    code += [cand(f"mod{m}.py", "def setup(): install()", 0.5, 3.0) for m in range(3)]
+    top = score("installation", code)[:4]
+    assert sum(c.payload["path"] == "core.py" for c in top) < 3
+
+
+def test_a_bare_word_query_lifts_the_chunk_that_defines_it():
+    ranked = score("evolve", [
+        cand("src/make.py", "new = evolve(inst, x=1)  # evolve returns a copy; evolve it again", 0.55, 9.0),
+        cand("src/funcs.py", "def evolve(inst, **changes):\n    return copy", 0.5, 7.0),
+    ])
+    assert ranked[0].payload["path"] == "src/funcs.py" and ranked[0].signals["definition"] == 1.0
+    assert not is_symbol_query("evolve")  # still a natural-language query: meaning keeps its weight
+
+
+def test_a_query_whose_words_occur_nowhere_scores_below_the_default_threshold():
+    from moonmind_worker.pipeline import THRESHOLDS
+
+    # a static model gives unrelated text a cosine near 0.5: without a word in common that is noise
+    noise = [cand(f"src/m{i}.py", "def build(): return make()", 0.56 - i * 0.02, 0.0, title="build") for i in range(5)]
+    assert max(c.score for c in score("qwxz plorf", noise)) < THRESHOLDS["moonmind-static-minilm-256"]
+    real = [cand(f"src/m{i}.py", "def build(): return make()", 0.56 - i * 0.02, 3.0 - i * 0.5) for i in range(5)]
+    assert max(c.score for c in score("build make", real)) >= THRESHOLDS["moonmind-static-minilm-256"]
+
+
+def test_type_stubs_count_less_than_the_module_they_describe():
+    ranked = score("include or exclude attributes", [
+        cand("src/attr/filters.pyi", "def include(*what: type | str) -> Callable: ...", 0.6, 6.0),
+        cand("src/attr/filters.py", "def include(*what):\n    cls, names = _split_what(what)", 0.56, 5.5),
+    ])
+    assert ranked[0].payload["path"] == "src/attr/filters.py"
+
+
+def test_a_path_through_a_name_is_a_use_and_a_module_file_defining_it_is_no_stub():
+    assert not defines_in_text("if let Value::Object(map) = v {", "Value")
+    ranked = score("Value", [
+        cand("src/value/de.rs", "let Value::Object(map) = v;\nmatch v { Value::Null => 0 }", 0.6, 9.0, title="visit"),
+        cand("src/value/mod.rs", "pub enum Value {\n    Null,\n    Object(Map),\n}", 0.55, 8.0),
+    ])
+    assert ranked[0].payload["path"] == "src/value/mod.rs" and ranked[0].signals["prior"] == 1.0
+
+
+def test_an_abbreviated_file_name_matches_the_word_it_abbreviates():
+    assert path_match("args.go", frozenset({"positional", "argument"})) == 0.5
+    assert path_match("pkg/cmd/root.go", frozenset({"command"})) == 1.0
+    assert path_match("lib/auth.rb", frozenset({"authentication"})) == 1.0
+
+
+def test_a_module_global_assignment_is_its_definition():
+    assert defines_in_text("import x\ndb = SQLAlchemy()", "db")
+    assert defines_in_text("DEFAULTS: dict[str, int] = {}", "DEFAULTS")
+    assert not defines_in_text("    db = local()", "db") and not defines_in_text("db == other", "db")
+    ranked = score("db", [
+        cand("app/views.py", "rows = db.session.query(User)\ndb.session.commit()", 0.5, 6.0),
+        cand("app/extensions.py", "db = SQLAlchemy()", 0.45, 5.0),
+    ])
+    assert ranked[0].payload["path"] == "app/extensions.py"
+
+
+def test_source_in_a_language_without_a_grammar_is_code_not_prose():
+    ranked = score("how are routes matched", [
+        cand("docs/guide.md", "routes are matched in the order they were added", 0.55, 6.0),
+        cand("src/dispatch.lua", "local function match(routes, path) for _, r in ipairs(routes) do", 0.5, 5.0),
+        cand("src/app.lua", "local app = {}", 0.3, 1.0),
+        cand("src/util.lua", "local util = {}", 0.3, 1.0),
+    ])
+    assert ranked[0].payload["path"] == "src/dispatch.lua"
+
+
+def test_a_three_letter_query_word_matches_the_start_of_a_run_together_file_name():
+    assert path_match("lib/rack/urlmap.rb", frozenset({"url"})) == 1.0  # urlmap = url + map
+    assert path_match("lib/rack/urlmap.rb", frozenset({"urlmapping"})) == 1.0
+    assert path_match("lib/rack/url.rb", frozenset({"urg"})) == 0.0
+
+
+def test_vendored_third_party_code_counts_less_than_the_project():
+    ranked = score("format a number", [
+        cand("third_party/fmt/format.h", "inline auto format_number(int n) -> std::string", 0.55, 6.0),
+        cand("src/format.h", "std::string format_number(int n);", 0.5, 5.5),
+    ])
+    assert ranked[0].payload["path"] == "src/format.h"

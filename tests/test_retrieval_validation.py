@@ -220,6 +220,63 @@ def test_markdown_chunks_carry_their_heading_path(cli, book):
     assert item["section_title"] == "Module 2: The Digital Twin > Sensors in simulation"
 
 
+INSTALL_BOOK = {
+    "docs/module-01-ros2/00-installation.md": """
+        # Module 1: Installing ROS 2
+
+        ## Installing ROS 2 Humble on Ubuntu
+
+        Add the ROS 2 apt repository and its signing key, then install the desktop variant with
+        `sudo apt install ros-humble-desktop`. This installs the core libraries, RViz and the demos.
+
+        ## Sourcing the environment
+
+        Every new shell needs the ROS 2 environment: source `/opt/ros/humble/setup.bash`, or add that
+        line to your `~/.bashrc` so the `ros2` command is always on the path.
+
+        ## Verifying the installation
+
+        Run the talker and listener demos in two terminals. If the listener prints the talker's
+        messages, the installation works and DDS discovery is reaching both nodes.
+        """,
+    "docs/module-02-simulation/01-gazebo.md": """
+        # Module 2: The Digital Twin
+
+        ## Installing Gazebo
+
+        Gazebo needs a working ROS 2 installation first (see Module 1); then install the
+        `ros-humble-gazebo-ros-pkgs` bridge so simulated topics appear in ROS 2.
+        """,
+    "docs/module-03-isaac/01-perception.md": """
+        # Module 3: The AI-Robot Brain
+
+        ## Setting up Isaac ROS
+
+        Isaac ROS runs inside a container on top of a ROS 2 installation; install the NVIDIA
+        container toolkit and pull the Isaac ROS development image.
+        """,
+    "docs/module-04-vla/01-voice.md": """
+        # Module 4: Vision-Language-Action
+
+        ## Installing Whisper
+
+        Install Whisper with pip next to your ROS 2 installation; the model weights are
+        downloaded once and cached.
+        """,
+}
+
+
+def test_sc001_ros2_installation_gets_three_of_the_top_five_from_the_ros2_module(cli, tmp_path):
+    """SC-001: a chapter's sections on the topic outrank passing mentions of it in other modules."""
+    root = write_tree(tmp_path / "book", BOOK | INSTALL_BOOK)
+    assert cli("rag", "index", str(root), "--repo", "book").code == 0
+    r = cli("rag", "search", "-q", "ROS2 installation", "--filters", "repo=book", "--top-k", "5", "--json")
+    assert r.code == 0, r.stderr
+    ros2 = [i for i in r.json()["items"] if i["source"].startswith("docs/module-01-ros2/")]
+    assert len(ros2) >= 3
+    assert all(i["score"] > 0.5 for i in ros2[:3])
+
+
 # ------------------------------------------------------------- rag eval ---
 
 
