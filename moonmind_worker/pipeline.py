@@ -112,9 +112,9 @@ def _order_key(c: Candidate):
 
 def rank(candidates: list[Candidate]) -> list[Candidate]:
     """Dedupe by (path, chunk_hash), then order by score, path, offset."""
-    best: dict[tuple[str, str], Candidate] = {}
+    best: dict[tuple[str, str, str, str], Candidate] = {}
     for c in candidates:
-        key = (c.payload["path"], c.payload["chunk_hash"])
+        key = (c.payload.get("repo", ""), c.payload.get("tenant", ""), c.payload["path"], c.payload["chunk_hash"])
         if key not in best or _order_key(c) < _order_key(best[key]):
             best[key] = c
     return sorted(best.values(), key=_order_key)

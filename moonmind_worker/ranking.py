@@ -300,6 +300,12 @@ def merge(dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
     return list(by_id.values())
 
 
+def file_of(c: Candidate) -> tuple[str, str, str]:
+    """The file a candidate comes from: the same path in two repositories (or tenants) is two files."""
+    p = c.payload
+    return p.get("repo", ""), p.get("tenant", ""), p["path"]
+
+
 def order_key(c: Candidate):
     return (-round(c.score, 9), c.payload["path"], c.payload["offset_start"])
 
@@ -307,9 +313,9 @@ def order_key(c: Candidate):
 def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
     """Score every candidate (see the module docstring) and return them ranked, deduplicated by chunk."""
     # one candidate per (path, chunk_hash): identical chunks in one file are one result
-    unique: dict[tuple[str, str], Candidate] = {}
+    unique: dict[tuple[tuple[str, str, str], str], Candidate] = {}
     for c in candidates:
-        key = (c.payload["path"], c.payload["chunk_hash"])
+        key = (file_of(c), c.payload["chunk_hash"])
         if key not in unique or (c.cosine, c.bm25) > (unique[key].cosine, unique[key].bm25):
             unique[key] = c
     cands = sorted(unique.values(), key=lambda c: (c.payload["path"], c.payload["offset_start"]))
@@ -336,20 +342,20 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
         base[i] = (w.semantic * cos + w.lexical * lex) / (w.semantic + w.lexical)
 
     # file support: the sum of a file's candidate evidence, relative to the best file
-    per_file: dict[str, float] = {}
+    per_file: dict[tuple[str, str, str], float] = {}
     for i, c in enumerate(cands):
-        per_file[c.payload["path"]] = per_file.get(c.payload["path"], 0.0) + base[i]
+        per_file[file_of(c)] = per_file.get(file_of(c), 0.0) + base[i]
     best_file = max(per_file.values()) or 1.0
     tests_wanted, examples_wanted = bool(_ASKS_FOR_TESTS.search(query)), bool(_ASKS_FOR_EXAMPLES.search(query))
     # a code repository (judged from what this query found) and a question not about documentation:
     # prose there restates the code in passing, so it counts less; a book keeps its prose whole
-    files = {c.payload["path"] for c in cands}  # files, not chunks: one long change log is one file
-    code_share = sum(1 for f in files if is_code(f)) / len(files)
+    files = {file_of(c) for c in cands}  # files, not chunks: one long change log is one file
+    code_share = sum(1 for f in files if is_code(f[2])) / len(files)
     prose_down = code_share >= CODE_REPOSITORY_SHARE and not _ASKS_FOR_DOCS.search(query)
 
     for i, c in enumerate(cands):
         s = c.signals
-        s["file"] = per_file[c.payload["path"]] / best_file
+        s["file"] = per_file[file_of(c)] / best_file
         s["prior"] = _prior(c.payload["path"], tests_wanted, examples_wanted)
         if s["definition"] and PurePosixPath(c.payload["path"]).name in _REEXPORT_NAMES:
             s["prior"] /= REEXPORT_PRIOR  # it defines what was asked: not a re-export stub (mod.rs, index.js)
@@ -366,10 +372,10 @@ def score(query: str, candidates: list[Candidate]) -> list[Candidate]:
 
     # diversity: the n-th chunk of a file is discounted by decay^(n-1); prose sections of a book decay less
     ranked = sorted(cands, key=order_key)
-    seen: dict[str, int] = {}
+    seen: dict[tuple[str, str, str], int] = {}
     for c in ranked:
-        n = seen.get(c.payload["path"], 0)
-        seen[c.payload["path"]] = n + 1
+        n = seen.get(file_of(c), 0)
+        seen[file_of(c)] = n + 1
         book_section = code_share < CODE_REPOSITORY_SHARE and not is_code(c.payload["path"])
         c.signals["diversity"] = (BOOK_DIVERSITY_DECAY if book_section else DIVERSITY_DECAY) ** n
         c.score *= c.signals["diversity"]

@@ -198,6 +198,15 @@ def test_a_tombstone_hides_its_own_repositorys_file_not_the_same_path_in_another
     assert ("other", "db/pool.py") in files and ("demo", "db/pool.py") not in files
 
 
+def test_the_same_file_in_two_repositories_is_two_results(world, tmp_path):
+    other = write_tree(tmp_path / "other", FIXTURE_FILES)
+    index_repository(other, repo="other", tenant="acme", settings=world.settings, embedder=world.embedder, store=world.store)
+    for run_id in (None, "run-a"):  # with and without the overlay merge
+        pack = world.search("bearer token signing keys", run_id=run_id, top_k=30, repo=None)
+        repos = {i.payload["repo"] for i in pack.items if i.source == "auth/tokens.py"}
+        assert repos == {"demo", "other"}, (run_id, repos)
+
+
 def test_expired_overlay_returns_canonical_only_in_canonical_order(world):
     (world.root / "auth/tokens.py").write_text(EDITED_TOKENS)
     summary = world.upsert(["auth/tokens.py"], ttl_s=4.0)
