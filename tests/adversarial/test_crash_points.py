@@ -166,6 +166,7 @@ def test_a_crash_at_any_index_write_leaves_no_torn_file_after_the_next_run(index
             survived += 1
         shutil.rmtree(home)
         shutil.rmtree(root)
+    print(f"crash injection ({engine}, index): {len(points)} write points crashed, {survived} left no torn file")
     assert not failures, "\n".join(failures)
     assert survived == len(points) >= 7
 
@@ -190,6 +191,7 @@ def test_a_crash_at_any_overlay_write_leaves_no_torn_overlay_after_the_next_upse
     ops = trace.read_text().split()
     assert "upsert" in ops and "delete_ids" in ops, ops
     failures = []
+    print(f"crash injection ({engine}, overlay): {len(_points(ops))} write points")
     for op, n, when in _points(ops):
         h = base / f"ov-{op}-{n}-{when}"
         shutil.copytree(home, h)
