@@ -206,7 +206,7 @@ def create_app(
         """The same pack `moonmind rag search` builds, with transport "gateway" and server-measured latency."""
         started = time.monotonic()
         grant = registry.authenticate(request.headers.get("authorization"))
-        query = parse_query(await _read_json(request))
+        query = parse_query(await _read_json(request), fields="json")  # remedies name the body's fields, not CLI flags
         query, scope = authorize(grant, query.model_copy(update={"transport": "gateway"}), settings.top_k)
         try:
             if on_loop:

@@ -206,6 +206,10 @@ def setting(*aliases: str, default: Any = None, parse: Rule, optional: bool = Fa
     return Field(*aliases, default=default, parse=parse, optional=optional, blank_is_unset=blank_is_unset)
 
 
+#: The tenant everything lives in when neither a flag nor MOONMIND_TENANT names one.
+DEFAULT_TENANT = "default"
+
+
 class Settings:
     """Every setting, with its env alias(es) and rule (see the README's configuration tables)."""
 
@@ -357,6 +361,15 @@ class Settings:
         if self.events_url is not None:
             return None if self.events_url.strip().lower() in ("", "none", "off") else self.events_url
         return self.configured_broker
+
+    @property
+    def scope_tenant(self) -> str:
+        """The tenant a command writes to and searches when none is given: MOONMIND_TENANT, else `default`.
+
+        Why one place: index, overlay upsert, search and gateway tokens must agree, or a search
+        silently misses what an index wrote under another tenant (issue 19).
+        """
+        return self.tenant or DEFAULT_TENANT
 
     @property
     def model_name(self) -> str:

@@ -99,7 +99,8 @@ def print_task_id(task_id: str, args: argparse.Namespace) -> int:
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--query", "-q", required=True, help="what to look for (natural language or identifiers)")
+    p.add_argument("query_text", nargs="?", default=None, metavar="QUERY", help="what to look for (natural language or identifiers)")
+    p.add_argument("--query", "-q", default=None, help="the query, as a flag (same as QUERY)")
     p.add_argument("--top-k", type=int, default=None, help="number of items, 1-50 (default RAG_SIMILARITY_TOP_K=8)")
     p.add_argument("--filters", nargs="+", default=[], metavar="KEY=VALUE", help="payload filters: repo, tenant, run_id, path, language")
     p.add_argument("--score-threshold", type=float, default=None, help="minimum score in [0, 1]")
@@ -133,7 +134,8 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
             raise MoonmindError(
                 "invalid_query",
                 f"Malformed {what} {pair!r}: expected KEY=VALUE.",
-                f"Write each {what} as key=value, e.g. repo=myrepo.",
+                f"Write each {what} as key=value, e.g. repo=myrepo"
+                + ('; the query goes before --filters: rag search "text" --filters repo=myrepo.' if what == "filter" else "."),
             )
         out[key.strip()] = value.strip()
     return out
@@ -141,29 +143,61 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
 
 def query_request(args: argparse.Namespace) -> dict[str, Any]:
     """The RetrievalQuery fields the flags describe, not yet validated; scope defaults come from the job's environment."""
-    from ..settings import get_settings
-
-    settings = get_settings()
-    filters: dict[str, str] = {}
-    for key, value in (("repo", settings.repo), ("tenant", settings.tenant), ("run_id", settings.run_id)):
-        if value:
-            filters[key] = value
-    filters.update(parse_pairs(args.filters, "filter"))
     budgets = parse_pairs(args.budget, "budget")
     for key, value in budgets.items():
         if not value.isdigit():
             raise MoonmindError(
                 "invalid_query", f"Budget {key}={value!r} is not a positive integer.", "Use e.g. --budget tokens=1200 latency_ms=800."
             )
-    data = {
-        "query": args.query,
-        "top_k": args.top_k,
-        "filters": filters,
-        "overlay_policy": args.overlay,
-        "score_threshold": args.score_threshold,
+    return search_request(
+        query_text(args), top_k=args.top_k, filters=parse_pairs(args.filters, "filter"), overlay=args.overlay,
+        score_threshold=args.score_threshold, budgets={k: int(v) for k, v in budgets.items()},
+    )
+
+
+def query_text(args: argparse.Namespace) -> str:
+    """The query, given positionally (`rag search "text"`) or as --query, not both."""
+    positional, flag = getattr(args, "query_text", None), args.query
+    if positional is not None and flag is not None:
+        raise MoonmindError(
+            "invalid_argument", "The query was given twice: as an argument and with --query.",
+            'Pass it once: moonmind rag search "what you are looking for".',
+        )
+    if positional is None and flag is None:
+        raise MoonmindError(
+            "invalid_argument", "No query given.", 'Pass it: moonmind rag search "what you are looking for" (or --query TEXT).',
+        )
+    return positional if positional is not None else flag
+
+
+def search_request(
+    query: Any, *, top_k: Any = None, filters: dict[str, Any] | None = None, overlay: Any = "include",
+    score_threshold: Any = None, budgets: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """RetrievalQuery fields from a caller's values (the CLI's flags, an MCP tool's arguments), not yet validated.
+
+    Why one function: every entry point scopes a search the same way, to the job's
+    MOONMIND_REPO, MOONMIND_TENANT and MOONMIND_RUN_ID when set, which the caller's own
+    filters override. With no tenant set a search sees every tenant the caller may read,
+    so it finds what `rag index` and `rag overlay upsert` wrote under `default`.
+    """
+    from ..settings import get_settings
+
+    settings = get_settings()
+    scoped: dict[str, Any] = {}
+    for key, value in (("repo", settings.repo), ("tenant", settings.tenant), ("run_id", settings.run_id)):
+        if value:
+            scoped[key] = value
+    scoped.update(filters or {})
+    data: dict[str, Any] = {
+        "query": query,
+        "top_k": top_k,
+        "filters": scoped,
+        "overlay_policy": overlay,
+        "score_threshold": score_threshold,
     }
     if budgets:
-        data["budgets"] = {k: int(v) for k, v in budgets.items()}
+        data["budgets"] = dict(budgets)
     return data
 
 
@@ -226,7 +260,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from ..settings import get_settings
 
     settings = get_settings()
-    tenant = args.tenant or settings.tenant or "default"
+    tenant = args.tenant or settings.scope_tenant
     if execution_mode(args) == "queue":
         from ..queue_client import INDEX
 
