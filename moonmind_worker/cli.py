@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:
         print_error(err, as_json)
         return err.exit_code
     except KeyboardInterrupt:
+        progress = sys.modules.get("moonmind_worker.progress")
+        if progress is not None:
+            progress.break_line()  # a bar's line is ended first, so this starts a line of its own
         sys.stderr.write("interrupted\n")
         return 130
     except BrokenPipeError:

@@ -254,6 +254,8 @@ class Settings:
     chunk_chars: int = setting("MOONMIND_CHUNK_CHARS", default=1500, parse=integer(ge=200))
     chunk_overlap_lines: int = setting("MOONMIND_CHUNK_OVERLAP_LINES", default=2, parse=integer(ge=0))
     max_file_bytes: int = setting("MOONMIND_MAX_FILE_BYTES", default=1_000_000, parse=integer(gt=0))
+    #: seconds between progress lines when stderr is not a terminal (a terminal gets a bar)
+    progress_interval_s: float = setting("MOONMIND_PROGRESS_INTERVAL_S", default=5.0, parse=number(gt=0))
 
     # --- RetrievalGateway (client side and server side) ------------------
     retrieval_url: str | None = setting("MOONMIND_RETRIEVAL_URL", parse=text(), blank_is_unset=True)

@@ -274,12 +274,12 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..progress import tty_progress
+    from ..progress import reporter
     from ..owner.client import execute
 
     root = Path(args.path)
     if not root.is_dir():
         raise MoonmindError("invalid_argument", f"{args.path} is not a directory.", "Pass the root of the repository to index.")
     request = {"path": str(root.resolve()), "repo": args.repo, "tenant": tenant}
-    report = execute(settings, "index", request, progress=tty_progress())
+    report = execute(settings, "index", request, progress=reporter(interval_s=settings.progress_interval_s))
     return print_index_report(report, args)
