@@ -475,7 +475,7 @@ def serve(
         app = create_app(settings, concurrency=concurrency)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=access_log, lifespan="on")
         sock = config.bind_socket()  # bound here, so the start line gives the real address (--port 0 too)
-        announce(sock, settings, workers=1)
+        announce(sock, config, settings, workers=1)
         uvicorn.Server(config).run(sockets=[sock])
         return
     _serve_workers(host, port, settings, access_log, concurrency, workers)
@@ -524,7 +524,7 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
             http=f"{balance.__name__}:CountedHttpProtocol", log_level="warning", access_log=access_log, lifespan="on",
         )
         sock = config.bind_socket()
-        announce(sock, settings, workers=workers)
+        announce(sock, config, settings, workers=workers)
         Supervisor(config, sockets=[sock]).run()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -548,10 +548,15 @@ def start_line(address: tuple, settings: Settings, workers: int) -> str:
             f"tokens {settings.tokens_file}); docs at /docs, readiness at /retrieval/health, liveness at /retrieval/live")
 
 
-def announce(sock, settings: Settings, workers: int) -> None:
-    """Print the start line on stderr once the socket listens (uvicorn's own banner is below log level)."""
+def announce(sock, config, settings: Settings, workers: int) -> None:
+    """Listen, then print the start line on stderr (uvicorn's own banner is below its log level).
+
+    uvicorn's bind_socket does not listen (its server does, after the app's start-up): listening
+    here makes the line true at once; connections wait in the backlog until the app is up.
+    """
     import sys
 
+    sock.listen(config.backlog)
     sys.stderr.write(start_line(sock.getsockname(), settings, workers) + "\n")
     sys.stderr.flush()
 
