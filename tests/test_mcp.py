@@ -139,3 +139,16 @@ def test_search_beside_a_running_owner_is_answered_by_the_owner(indexed, env, ho
         stop(owner)
     assert not result.is_error, result.content
     assert result.structured_content["items"][0]["source"] == "auth/tokens.py"
+
+
+def test_no_other_command_imports_the_mcp_sdk(env, tmp_path):
+    """The SDK is imported by `moonmind mcp` only: every other command's parser and start-up stay as they were."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from moonmind_worker.cli import build_parser; "
+            "[build_parser(a) for a in (['rag', 'search', 'x'], ['mcp'], None)]; "
+            "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
