@@ -158,7 +158,7 @@ def _settings():
     return get_settings()
 
 
-def search(args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+def search(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """The context pack for the arguments: (texts, ContextPack JSON) over the CLI's transports."""
     from .commands.rag import search_request
     from .transports import search as run_search
@@ -190,8 +190,11 @@ def _resolve(path: str, base: Path) -> str:
     return str((p if p.is_absolute() else base / p).resolve())
 
 
-def index(args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """Index a tree on this box (the owner when one is alive, else this process): the IndexReport."""
+def index(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
+    """Index a tree on this box (the owner when one is alive, else this process): the IndexReport.
+
+    `progress(done, total, chunks)` reaches the client as MCP progress notifications when it asked for them.
+    """
     from .owner.client import execute
 
     settings = _settings()
@@ -200,11 +203,11 @@ def index(args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     if not root.is_dir():
         raise _bad(f"{path} is not a directory.", "Pass the root of the repository to index (an absolute path is safest).")
     request = {"path": str(root), "repo": repo, "tenant": _string(args, "tenant") or settings.scope_tenant}
-    report = execute(settings, "index", request)
+    report = execute(settings, "index", request, progress=progress)
     return [report["line"]], {k: v for k, v in report.items() if k != "line"}
 
 
-def overlay_upsert(args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """Upsert edited files into this run's overlay: the OverlayReport."""
     from .commands.overlay import default_root
     from .owner.client import execute
@@ -229,7 +232,7 @@ def overlay_upsert(args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     return ["\n".join(lines)], {k: v for k, v in report.items() if k != "line"}
 
 
-def stats(args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+def stats(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """What the index holds for a repository (`moonmind rag stats`)."""
     from .owner.client import execute
 
@@ -244,7 +247,7 @@ def stats(args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
 HANDLERS = {"search": search, "index": index, "overlay_upsert": overlay_upsert, "stats": stats}
 
 
-def call(name: str, arguments: Any) -> types.CallToolResult:
+def call(name: str, arguments: Any, progress: Any = None) -> types.CallToolResult:
     """Run one tool call to a result; every failure becomes a tool error with the envelope (never a crash)."""
     from .settings import get_settings
 
@@ -254,7 +257,7 @@ def call(name: str, arguments: Any) -> types.CallToolResult:
             raise _bad(f"Unknown tool {name!r}.", f"Use one of: {', '.join(HANDLERS)}.")
         with _CALLS:
             try:
-                texts, structured = handler(_check_args(name, arguments))
+                texts, structured = handler(_check_args(name, arguments), progress)
             finally:
                 _release()
         return types.CallToolResult(content=[types.TextContent(type="text", text=t) for t in texts],
@@ -286,6 +289,33 @@ def _release() -> None:
         runtime.close_all()
 
 
+#: Seconds between two progress notifications (the last one always goes).
+PROGRESS_EVERY_S = 0.5
+
+
+def _progress_to(ctx: Any) -> Any:
+    """A `(done, total, chunks)` callback, run in the tool's worker thread, that sends MCP progress notifications.
+
+    A no-op on the wire when the client sent no progress token (the SDK checks).
+    """
+    import time
+
+    last = [0.0]
+
+    def report(done: int, total: int, chunks: int | None = None) -> None:
+        now = time.monotonic()
+        if done < total and now - last[0] < PROGRESS_EVERY_S:
+            return
+        last[0] = now
+        message = f"{done}/{total} files" + ("" if chunks is None else f", {chunks} chunks")
+        try:
+            anyio.from_thread.run(ctx.session.report_progress, float(done), float(total), message)
+        except Exception:  # noqa: BLE001 - progress never fails the work
+            pass
+
+    return report
+
+
 def build_server() -> Server:
     """The MCP server: four tools, handlers run in a worker thread (the pipeline is blocking)."""
 
@@ -293,7 +323,7 @@ def build_server() -> Server:
         return types.ListToolsResult(tools=TOOLS)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        return await anyio.to_thread.run_sync(call, params.name, params.arguments)
+        return await anyio.to_thread.run_sync(call, params.name, params.arguments, _progress_to(ctx))
 
     return Server(
         "moonmind", version=version(),

@@ -152,3 +152,20 @@ def test_no_other_command_imports_the_mcp_sdk(env, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_index_reports_progress_to_a_client_that_asks_for_it(env, repo, tmp_path):
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async def run():
+        params = StdioServerParameters(command=MOONMIND, args=["mcp"], env=env, cwd=str(tmp_path))
+        async with Client(params, read_timeout_seconds=120) as client:
+            return await client.call_tool("index", {"path": str(repo), "repo": "demo"}, progress_callback=on_progress)
+
+    result = anyio.run(run)
+    assert not result.is_error, result.content
+    assert seen and seen[-1][0] == seen[-1][1] == 4  # the fixture's four files, 100% after the last write
+    assert "4/4 files" in seen[-1][2]
