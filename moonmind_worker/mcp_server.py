@@ -130,7 +130,10 @@ def _check_args(name: str, args: Any) -> dict[str, Any]:
     unknown = sorted(set(args) - set(known))
     if unknown:
         raise _bad(f"Unknown argument(s) for {name}: {', '.join(unknown)}.", f"Use only: {', '.join(known)}.")
-    missing = [k for k in tool.input_schema.get("required", []) if args.get(k) is None]
+    # an empty path or list is missing too (an empty `path` would index the server's directory); an empty
+    # query is left to the contract, which says "the query must not be empty"
+    missing = [k for k in tool.input_schema.get("required", [])
+               if args.get(k) is None or (k != "query" and isinstance(args[k], (str, list)) and not args[k])]
     if missing:
         raise _bad(f"Missing argument(s) for {name}: {', '.join(missing)}.", f"Pass {', '.join(missing)}.")
     return args
@@ -161,6 +164,7 @@ def _settings():
 def search(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """The context pack for the arguments: (texts, ContextPack JSON) over the CLI's transports."""
     from .commands.rag import search_request
+    from .contracts import parse_query
     from .transports import search as run_search
 
     filters = _object(args, "filters")
@@ -172,8 +176,6 @@ def search(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[
     if unknown or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in budgets.values()):
         raise MoonmindError("invalid_query", "budget takes positive integers tokens and latency_ms.",
                             'Pass e.g. {"tokens": 1200, "latency_ms": 800}.')
-    from .contracts import parse_query
-
     settings = _settings()
     request = search_request(args["query"], top_k=args.get("top_k"), filters=filters,
                              score_threshold=args.get("score_threshold"), budgets=budgets)
