@@ -222,10 +222,13 @@ def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str
     root = Path(_resolve(root_arg, Path.cwd())) if root_arg else default_root()
     if not root.is_dir():
         raise _bad(f"Workspace root {root_arg} is not a directory.", "Pass root as the workspace directory.")
+    run_id, repo = _string(args, "run_id") or settings.run_id, _string(args, "repo") or settings.repo
+    for name, value, env in (("run_id", run_id, "MOONMIND_RUN_ID"), ("repo", repo, "MOONMIND_REPO")):
+        if not (value or "").strip():  # named as arguments here: the overlay's own message names CLI flags
+            raise _bad(f"No {name} given.", f"Pass {name}, or set {env} in the server's environment.")
     request = {
         "paths": [_resolve(p, root) for p in paths], "root": str(root), "ttl": _string(args, "ttl") or "24h",
-        "run_id": _string(args, "run_id") or settings.run_id, "repo": _string(args, "repo") or settings.repo,
-        "tenant": _string(args, "tenant") or settings.scope_tenant,
+        "run_id": run_id, "repo": repo, "tenant": _string(args, "tenant") or settings.scope_tenant,
     }
     report = execute(settings, "overlay_upsert", request)
     lines = [report["line"]]

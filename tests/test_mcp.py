@@ -67,12 +67,13 @@ def test_search_returns_the_packs_markdown_as_text_and_the_context_pack_as_struc
 
 
 def test_bad_input_is_a_tool_error_carrying_the_envelope_and_the_server_keeps_serving(indexed, env, tmp_path):
-    bad_top_k, unknown_filter, not_a_tool, empty_path, after = call(
+    bad_top_k, unknown_filter, not_a_tool, empty_path, no_run_id, after = call(
         env, tmp_path,
         ("search", {"query": QUERY, "top_k": 99}),
         ("search", {"query": QUERY, "filters": {"owner": "x"}}),
         ("reindex_everything", {}),
         ("index", {"path": "", "repo": "demo"}),
+        ("overlay_upsert", {"paths": ["auth/tokens.py"], "root": str(indexed), "repo": "demo"}),
         ("search", {"query": QUERY}),
     )
     err = envelope(bad_top_k)
@@ -81,6 +82,7 @@ def test_bad_input_is_a_tool_error_carrying_the_envelope_and_the_server_keeps_se
     assert envelope(unknown_filter)["code"] == "invalid_query"
     assert envelope(not_a_tool)["code"] == "invalid_argument"
     assert envelope(empty_path)["message"] == "Missing argument(s) for index: path."  # never the server's own directory
+    assert envelope(no_run_id)["action"] == "Pass run_id, or set MOONMIND_RUN_ID in the server's environment."
     assert not after.is_error and after.structured_content["items"]
 
 
