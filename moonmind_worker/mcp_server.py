@@ -339,7 +339,12 @@ def build_server() -> Server:
 
 
 async def _serve() -> None:
+    import sys
+
     server = build_server()
+    # stdout is the protocol; one line on stderr (which clients keep in their MCP logs) says what serves
+    sys.stderr.write(f"moonmind mcp {version()}: serving {', '.join(HANDLERS)} on stdio\n")
+    sys.stderr.flush()
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 

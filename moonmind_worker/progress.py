@@ -39,11 +39,6 @@ def reporter(stream: TextIO | None = None, unit: str = "files", interval_s: floa
     return _Bar(stream, unit) if tty else _Lines(stream, unit, interval_s)
 
 
-def tty_progress(stream: TextIO | None = None, unit: str = "files") -> Progress:
-    """Former name of `reporter` (which now reports off a terminal too)."""
-    return reporter(stream, unit)
-
-
 def break_line() -> None:
     """End an unfinished bar line (before "interrupted" or an error is printed under it)."""
     while _open_bar:
