@@ -44,6 +44,10 @@ from .settings import Settings, get_settings
 from .store import Store, open_replica
 
 if TYPE_CHECKING:
+    import socket
+
+    import uvicorn
+
     from .balance import Balancer
 
 log = logging.getLogger("moonmind.gateway")
@@ -536,7 +540,7 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
             held.close()
 
 
-def start_line(address: tuple, settings: Settings, workers: int) -> str:
+def start_line(address: tuple[Any, ...], settings: Settings, workers: int) -> str:
     """`moonmind gateway: listening on http://HOST:PORT (workers N, store ..., tokens FILE)`: what an operator checks first."""
     host, port = address[0], address[1]
     shown = f"[{host}]" if ":" in host else host
@@ -548,7 +552,7 @@ def start_line(address: tuple, settings: Settings, workers: int) -> str:
             f"tokens {settings.tokens_file}); docs at /docs, readiness at /retrieval/health, liveness at /retrieval/live")
 
 
-def announce(sock, config, settings: Settings, workers: int) -> None:
+def announce(sock: socket.socket, config: uvicorn.Config, settings: Settings, workers: int) -> None:
     """Listen, then print the start line on stderr (uvicorn's own banner is below its log level).
 
     uvicorn's bind_socket does not listen (its server does, after the app's start-up): listening
