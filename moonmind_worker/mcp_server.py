@@ -29,7 +29,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from .cli import version
-from .contracts import FILTER_KEYS, TOP_K_MAX, TOP_K_MIN
+from .contracts import FILTER_KEYS, TOP_K_MAX, TOP_K_MIN, ContextPack
 from .errors import MoonmindError
 
 #: Tool calls run one at a time: the process holds at most one one-shot store open, and releases it.
@@ -66,6 +66,8 @@ TOOLS: list[types.Tool] = [
             "required": ["query"],
             "additionalProperties": False,
         },
+        # the ContextPack contract (spec 04): clients may validate the structured result against it
+        output_schema=ContextPack.model_json_schema(mode="serialization"),
     ),
     types.Tool(
         name="index",

@@ -53,6 +53,7 @@ def test_the_server_lists_search_index_overlay_upsert_and_stats(env, tmp_path):
     assert set(tools) == {"search", "index", "overlay_upsert", "stats"}
     assert set(tools["search"].input_schema["properties"]) == {"query", "top_k", "filters", "score_threshold", "budget"}
     assert tools["search"].input_schema["required"] == ["query"]
+    assert tools["search"].output_schema["title"] == "ContextPack"  # spec 04's contract, for clients that validate
 
 
 def test_search_returns_the_packs_markdown_as_text_and_the_context_pack_as_structured_content(indexed, env, cli, tmp_path):
