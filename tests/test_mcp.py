@@ -174,3 +174,19 @@ def test_index_reports_progress_to_a_client_that_asks_for_it(env, repo, tmp_path
     assert not result.is_error, result.content
     assert seen and seen[-1][0] == seen[-1][1] == 4  # the fixture's four files, 100% after the last write
     assert "4/4 files" in seen[-1][2]
+
+
+def test_search_goes_through_the_gateway_when_moonmind_retrieval_url_is_set(indexed, env, home, tmp_path):
+    """The CLI's transport selection, not a second pipeline: with a gateway configured the pack is the gateway's."""
+    from gateway_helpers import add_token, start_gateway
+
+    token = add_token(env, "agent", ["demo"], ["acme"])
+    gw = start_gateway(home, env, tmp_path)
+    try:
+        via = {**env, "MOONMIND_RETRIEVAL_URL": gw.url, "MOONMIND_RETRIEVAL_TOKEN": token, "MOONMIND_RETRIEVAL_FALLBACK": "none"}
+        (result,) = call(via, tmp_path, ("search", {"query": QUERY, "filters": {"repo": "demo"}}))
+    finally:
+        gw.stop()
+    assert not result.is_error, result.content
+    assert result.structured_content["transport"] == "gateway"
+    assert result.structured_content["items"][0]["source"] == "auth/tokens.py"
