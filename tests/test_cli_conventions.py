@@ -77,3 +77,9 @@ def test_a_gateway_token_defaults_to_the_tenant_rag_index_wrote(cli, repo, env, 
     assert r.json()["transport"] == "gateway" and r.json()["items"][0]["source"] == "auth/tokens.py"
 
 
+
+
+def test_a_query_written_after_filters_gets_told_to_put_it_first(cli):
+    r = cli("rag", "search", "--filters", "repo=demo", "bearer token", "--json")
+    assert r.code == 2 and r.error()["code"] == "invalid_query"
+    assert "the query goes before --filters" in r.error()["action"]
