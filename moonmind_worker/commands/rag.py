@@ -149,8 +149,9 @@ def query_request(args: argparse.Namespace) -> dict[str, Any]:
             raise MoonmindError(
                 "invalid_query", f"Budget {key}={value!r} is not a positive integer.", "Use e.g. --budget tokens=1200 latency_ms=800."
             )
+    filters = parse_pairs(args.filters, "filter")  # first: a query written after --filters lands there, and this says so
     return search_request(
-        query_text(args), top_k=args.top_k, filters=parse_pairs(args.filters, "filter"), overlay=args.overlay,
+        query_text(args), top_k=args.top_k, filters=filters, overlay=args.overlay,
         score_threshold=args.score_threshold, budgets={k: int(v) for k, v in budgets.items()},
     )
 
