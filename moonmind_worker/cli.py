@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "moonmind_worker.commands.sync",
     "moonmind_worker.commands.gateway",
     "moonmind_worker.commands.serve",
+    "moonmind_worker.commands.mcp",
 ]
 
 #: Which module registers each command, so a command builds only its own parser: building all of
@@ -53,7 +54,11 @@ COMMANDS: dict[tuple[str, str], str] = {
     ("gateway", "serve"): "moonmind_worker.commands.gateway",
     ("gateway", "add-token"): "moonmind_worker.commands.gateway",
     ("serve", ""): "moonmind_worker.commands.serve",
+    ("mcp", ""): "moonmind_worker.commands.mcp",
 }
+
+#: Commands without sub-commands (`moonmind serve`, `moonmind mcp`).
+SINGLE = ("serve", "mcp")
 
 GROUPS = {
     "rag": "retrieval: index, search and related tools",
@@ -99,7 +104,7 @@ class _Parser(argparse.ArgumentParser):
 def modules_for(argv: list[str] | None) -> list[str]:
     """The command modules `argv` needs: the one that registers its command, or all (help, a typo)."""
     if argv:
-        key = (argv[0], "") if argv[0] == "serve" else (argv[0], argv[1] if len(argv) > 1 else "")
+        key = (argv[0], "") if argv[0] in SINGLE else (argv[0], argv[1] if len(argv) > 1 else "")
         if key in COMMANDS:
             return [COMMANDS[key]]
     return COMMAND_MODULES
@@ -108,7 +113,8 @@ def modules_for(argv: list[str] | None) -> list[str]:
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser for `argv`'s command (every command when `argv` is None or names none)."""
     parser = _Parser(prog="moonmind", description="Deterministic retrieval for coding-agent workers.")
-    top = parser.add_subparsers(dest="group", metavar="{" + ",".join([*GROUPS, "serve"]) + "}", parser_class=_Parser)
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    top = parser.add_subparsers(dest="group", metavar="{" + ",".join([*GROUPS, *SINGLE]) + "}", parser_class=_Parser)
     groups: dict[str, Any] = {"root": top}
     for name, help_text in GROUPS.items():
         p = top.add_parser(name, help=help_text)
@@ -117,6 +123,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for module in modules_for(argv):
         importlib.import_module(module).register(groups)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (read only for --version: importlib.metadata costs ~10 ms)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("moonmind-worker")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def print_error(err: MoonmindError, as_json: bool) -> None:
@@ -168,6 +185,9 @@ def run() -> None:
 def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:
     argv = sys.argv[1:] if argv is None else argv
     as_json = "--json" in argv
+    if argv[:1] == ["--version"]:
+        sys.stdout.write(f"moonmind {version()}\n")
+        return 0
     try:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
@@ -182,6 +202,9 @@ def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:
         print_error(err, as_json)
         return err.exit_code
     except KeyboardInterrupt:
+        progress = sys.modules.get("moonmind_worker.progress")
+        if progress is not None:
+            progress.break_line()  # a bar's line is ended first, so this starts a line of its own
         sys.stderr.write("interrupted\n")
         return 130
     except BrokenPipeError:

@@ -133,9 +133,16 @@ def item_from_payload(payload: dict, score: float) -> ContextItem:
     )
 
 
-def citation_text(item: ContextItem) -> str:
-    """The citation as printed: one line, neutralised, with `\\` and `]` escaped so it cannot end early."""
-    return neutralise(item.citation, single_line=True).replace("\\", "\\\\").replace("]", "\\]")
+def citation_text(item: ContextItem, with_repo: bool = False) -> str:
+    """The citation as printed: one line, neutralised, with `\\` and `]` escaped so it cannot end early.
+
+    `with_repo`: prefix the repository, `repo:path#Lm-Ln` (git's `rev:path` shape), for a pack that
+    spans several repositories, where a bare path would not say which one it is in.
+    """
+    cite = item.citation
+    if with_repo and item.payload.get("repo"):
+        cite = f"{item.payload['repo']}:{cite}"
+    return neutralise(cite, single_line=True).replace("\\", "\\\\").replace("]", "\\]")
 
 
 def snippet_body(text: str) -> str:
@@ -144,15 +151,15 @@ def snippet_body(text: str) -> str:
     return body if body.endswith("\n") else body + "\n"
 
 
-def format_item(n: int, item: ContextItem) -> str:
-    """Citation line outside, snippet inside a fence of its own."""
+def format_item(n: int, item: ContextItem, with_repo: bool = False) -> str:
+    """Citation line outside, snippet inside a fence of its own (`with_repo`: see `citation_text`)."""
     title = neutralise(item.section_title, single_line=True)
     body = snippet_body(item.text)
     fence = fence_for(body)
     lang = _LANG.sub("", str(item.payload.get("language", "")))
     lang = "" if lang == "text" else lang
     return (
-        f"{n}. [{citation_text(item)}] score={item.score:.3f} trust={item.trust_class} "
+        f"{n}. [{citation_text(item, with_repo)}] score={item.score:.3f} trust={item.trust_class} "
         f"({ORIGIN[item.trust_class]}){' — ' + title if title else ''}\n"
         f"{fence}{lang}\n{body}{fence}\n"
     )
@@ -160,7 +167,8 @@ def format_item(n: int, item: ContextItem) -> str:
 
 def format_context_text(items: list[ContextItem]) -> str:
     """The ready-to-paste block: header, BEGIN marker, the items, END marker."""
-    blocks = [format_item(n, item) for n, item in enumerate(items, 1)] or [NO_MATCH + "\n"]
+    with_repo = len({item.payload.get("repo") for item in items}) > 1  # a pack spanning repositories names each one
+    blocks = [format_item(n, item, with_repo) for n, item in enumerate(items, 1)] or [NO_MATCH + "\n"]
     inner = "\n".join(blocks)
     block_id = hashlib.sha256(inner.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return (

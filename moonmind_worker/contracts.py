@@ -239,8 +239,12 @@ class TokenFile(BaseModel):
     tokens: list[TokenGrant] = Field(default_factory=list)
 
 
-def parse_query(data: dict[str, Any]) -> RetrievalQuery:
-    """Validate a RetrievalQuery from any entry point; bad input becomes `invalid_query` with a readable reason."""
+def parse_query(data: dict[str, Any], *, fields: str = "flags") -> RetrievalQuery:
+    """Validate a RetrievalQuery from any entry point; bad input becomes `invalid_query` with a readable reason.
+
+    `fields` says how the caller wrote the request, so the remedy names what it can change:
+    "flags" (the CLI's --query, --top-k, --filters) or "json" (the gateway's HTTP body, MCP arguments).
+    """
     from pydantic import ValidationError
 
     from .errors import invalid_query
@@ -248,7 +252,7 @@ def parse_query(data: dict[str, Any]) -> RetrievalQuery:
     try:
         return RetrievalQuery.model_validate(data)
     except ValidationError as exc:
-        raise invalid_query(_describe(exc), _action_for(exc)) from None
+        raise invalid_query(_describe(exc), _action_for(exc, fields)) from None
 
 
 def _describe(exc) -> str:
@@ -273,16 +277,18 @@ def _describe(exc) -> str:
     return "Invalid retrieval query: " + "; ".join(reasons) + "."
 
 
-def _action_for(exc) -> str:
+def _action_for(exc, fields: str = "flags") -> str:
     locs = {str(e["loc"][0]) if e["loc"] else "" for e in exc.errors()}
+    flags = fields == "flags"
     if any(e["type"] == "string_unicode" or _NOT_UNICODE in e["msg"] for e in exc.errors()):
-        return "Pass text encoded as UTF-8."
+        return "Pass text encoded as UTF-8." if flags else "Send text that is valid Unicode (no unpaired surrogates)."
     if "query" in locs:
-        return 'Pass a non-empty --query "what you are looking for".'
+        return 'Pass a non-empty --query "what you are looking for".' if flags else 'Send a non-empty "query" string.'
     if "filters" in locs:
-        return f"Use --filters key=value with keys among: {', '.join(FILTER_KEYS)}."
+        keys = ", ".join(FILTER_KEYS)
+        return f"Use --filters key=value with keys among: {keys}." if flags else f'Send "filters" as an object of strings with keys among: {keys}.'
     if "top_k" in locs:
-        return f"Pass --top-k between {TOP_K_MIN} and {TOP_K_MAX}."
+        return f"Pass --top-k between {TOP_K_MIN} and {TOP_K_MAX}." if flags else f'Send "top_k" as an integer between {TOP_K_MIN} and {TOP_K_MAX}.'
     return "Fix the request fields named above and retry."
 
 

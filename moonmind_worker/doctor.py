@@ -307,6 +307,27 @@ def _statsd_check(host: str, port: int) -> Check:
                      "Check STATSD_HOST / STATSD_PORT; metrics are dropped until it resolves.", required=False)
 
 
+def unused_provider_check(settings: Settings) -> Check | None:
+    """Google credentials exported while the provider was left at its offline default: say they are unused.
+
+    Why: spec 02's pre-flight exports GOOGLE_API_KEY / GOOGLE_EMBEDDING_MODEL; without
+    MOONMIND_EMBEDDING_PROVIDER=google the static model keeps answering and nothing said so.
+    """
+    if settings.embedding_provider != "static" or "embedding_provider" in settings.model_fields_set:
+        return None
+    exported = [name for name, value in (("GOOGLE_API_KEY", settings.google_api_key),
+                                         ("GOOGLE_EMBEDDING_MODEL", settings.google_embedding_model)) if value]
+    if not exported:
+        return None
+    return Check(
+        "provider", True,
+        f"static (the offline default): {' and '.join(exported)} {'is' if len(exported) == 1 else 'are'} set but unused; "
+        "export MOONMIND_EMBEDDING_PROVIDER=google to embed with Google (an existing collection then needs "
+        "`moonmind rag sync-embedding --collection NAME`)",
+        required=False,
+    )
+
+
 def run_checks(settings: Settings) -> DoctorReport:
     """Every prerequisite of retrieval, probed for real; never raises for a broken prerequisite."""
     checks: list[Check] = []
@@ -325,6 +346,9 @@ def run_checks(settings: Settings) -> DoctorReport:
             c.required = not gw.ok and fallback
         checks.append(gw)
     checks.extend(direct)
+    unused = unused_provider_check(settings)
+    if unused is not None:
+        checks.append(unused)
     broker = settings.configured_broker
     if broker:
         checks.append(_broker_check(broker))

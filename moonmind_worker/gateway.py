@@ -24,7 +24,7 @@ import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from fastapi import FastAPI, Request
@@ -32,6 +32,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -44,6 +45,10 @@ from .settings import Settings, get_settings
 from .store import Store, open_replica
 
 if TYPE_CHECKING:
+    import socket
+
+    import uvicorn
+
     from .balance import Balancer
 
 log = logging.getLogger("moonmind.gateway")
@@ -53,6 +58,8 @@ MAX_BODY_BYTES = 64 * 1024
 #: Codes from the pipeline that reach the caller as they are; every other failure is retrieval_failed.
 CALLER_CODES = {"invalid_query", "latency_budget_exceeded", "token_budget_exceeded"}
 HEALTH_TTL_S = 1.0
+#: Retry-After (seconds) on a 503 from /retrieval/health while the collection does not exist yet.
+NOT_READY_RETRY_S = 10
 
 _ERRORS = {
     400: "invalid_query: empty query, bad overlay policy, unknown or bad filters, top_k outside 1-50, malformed JSON",
@@ -159,6 +166,8 @@ def create_app(
         version="1",
         description="Retrieval-only: embed → Qdrant → ContextPack. No generative model is ever called.",
         lifespan=lifespan,
+        docs_url=None,  # served by _add_docs from package assets: FastAPI's pages load them from a CDN
+        redoc_url=None,
     )
     app.state.registry = registry
     app.state.settings = settings
@@ -213,7 +222,7 @@ def create_app(
         """The same pack `moonmind rag search` builds, with transport "gateway" and server-measured latency."""
         started = time.monotonic()
         grant = registry.authenticate(request.headers.get("authorization"))
-        query = parse_query(await _read_json(request))
+        query = parse_query(await _read_json(request), fields="json")  # remedies name the body's fields, not CLI flags
         query, scope = authorize(grant, query.model_copy(update={"transport": "gateway"}), settings.top_k)
         try:
             if on_loop:
@@ -262,7 +271,20 @@ def create_app(
                 body["error"] = err.envelope(settings.secrets())["error"]
             except MoonmindError:
                 pass
-        return JSONResponse(body, status_code=503)
+        # "up, no collection yet" is a wait, not a failure: Retry-After says when to look again
+        headers = {"Retry-After": str(NOT_READY_RETRY_S)} if reason == "collection_not_ready" else None
+        return JSONResponse(body, status_code=503, headers=headers)
+
+    @app.get("/retrieval/live", response_model=Liveness, summary="Is the gateway process up?")
+    async def retrieval_live() -> JSONResponse:
+        """200 whenever this process serves HTTP, with or without a collection (an orchestrator's liveness probe).
+
+        `/retrieval/health` is readiness (spec 03: `ok` only when a search can be served); a fresh
+        stack is live but not ready until the first `rag index`.
+        """
+        return JSONResponse({"status": "up"})
+
+    _add_docs(app)
 
     def openapi() -> dict:
         if app.openapi_schema is None:
@@ -358,6 +380,61 @@ def _retrieve(settings: Settings, resources, query: RetrievalQuery, scope, start
         raise _internal() from None
 
 
+class Liveness(BaseModel):
+    """`GET /retrieval/live`: the process is up (whether or not retrieval is ready)."""
+
+    status: Literal["up"]
+
+
+#: Where the docs pages' assets come from: the `fastapi-offline` wheel's static files (Swagger UI,
+#: ReDoc, favicon; MIT/Apache-2.0), served by this app, so /docs and /redoc work offline.
+DOCS_ASSETS = "/docs/assets"
+
+
+def docs_assets_dir() -> Path | None:
+    """The directory of the packaged Swagger UI / ReDoc files, found without importing the package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    static = Path(next(iter(spec.submodule_search_locations))) / "static"
+    return static if (static / "swagger-ui-bundle.js").is_file() else None
+
+
+def _add_docs(app: FastAPI) -> None:
+    """/docs (Swagger UI) and /redoc from package assets, never a CDN (FastAPI's own pages are blank offline)."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+
+    assets = docs_assets_dir()
+    if assets is None:  # pragma: no cover - a broken install; the API itself still works
+        log.warning("Swagger UI / ReDoc assets not found (package fastapi-offline); /docs and /redoc are off")
+        return
+    app.mount(DOCS_ASSETS, StaticFiles(directory=assets), name="docs-assets")
+
+    def base(request: Request) -> str:
+        return request.scope.get("root_path", "").rstrip("/")
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui(request: Request) -> Response:
+        root = base(request)
+        return get_swagger_ui_html(
+            openapi_url=root + app.openapi_url, title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js", swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> Response:
+        root = base(request)
+        return get_redoc_html(
+            openapi_url=root + app.openapi_url, title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js", redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
+            with_google_fonts=False,
+        )
+
+
 #: Coarse health reasons: they name the failing part, never the collection or the exception.
 _HEALTH_REASONS = {
     "collection_missing": "collection_not_ready",
@@ -417,8 +494,11 @@ def serve(
     if workers <= 1:
         app = create_app(settings, concurrency=concurrency)  # a bad token file stops it here, before it serves anything
         _serve_the_box(settings, None)
-        uvicorn.run(app, host=host, port=port, log_level=_log_level(access_log), access_log=access_log,
-                    lifespan="on", http=GatewayHttpProtocol)
+        config = uvicorn.Config(app, host=host, port=port, log_level=_log_level(access_log), access_log=access_log,
+                                lifespan="on", http=GatewayHttpProtocol)
+        sock = config.bind_socket()  # bound here, so the start line gives the real address (--port 0 too)
+        announce(sock, config, settings, workers=1)
+        uvicorn.Server(config).run(sockets=[sock])
         return
     _serve_workers(host, port, settings, access_log, concurrency, workers)
 
@@ -471,7 +551,9 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
             http=f"{balance.__name__}:CountedHttpProtocol", log_level=_log_level(access_log), access_log=access_log,
             lifespan="on",
         )
-        Supervisor(config, sockets=[config.bind_socket()]).run()
+        sock = config.bind_socket()
+        announce(sock, config, settings, workers=workers)
+        Supervisor(config, sockets=[sock]).run()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if held is not None:
@@ -480,6 +562,31 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
             stop_serving()
             shutil.rmtree(replicas, ignore_errors=True)
             held.close()
+
+
+def start_line(address: tuple[Any, ...], settings: Settings, workers: int) -> str:
+    """`moonmind gateway: listening on http://HOST:PORT (workers N, store ..., tokens FILE)`: what an operator checks first."""
+    host, port = address[0], address[1]
+    shown = f"[{host}]" if ":" in host else host
+    if settings.embedded_store:
+        store = f"embedded {settings.data_dir / settings.collection}"
+    else:
+        store = f"qdrant {redact(settings.qdrant_url or '', settings.secrets())} collection {settings.collection}"
+    return (f"moonmind gateway: listening on http://{shown}:{port} (workers {workers}, store {store}, "
+            f"tokens {settings.tokens_file}); docs at /docs, readiness at /retrieval/health, liveness at /retrieval/live")
+
+
+def announce(sock: socket.socket, config: uvicorn.Config, settings: Settings, workers: int) -> None:
+    """Listen, then print the start line on stderr (uvicorn's own banner is below its log level).
+
+    uvicorn's bind_socket does not listen (its server does, after the app's start-up): listening
+    here makes the line true at once; connections wait in the backlog until the app is up.
+    """
+    import sys
+
+    sock.listen(config.backlog)
+    sys.stderr.write(start_line(sock.getsockname(), settings, workers) + "\n")
+    sys.stderr.flush()
 
 
 def _serve_the_box(settings: Settings, read_only: str | None) -> None:

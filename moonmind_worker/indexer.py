@@ -184,7 +184,7 @@ def index_repository(
     settings: Settings,
     embedder: Embedder,
     store: Store,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[..., None] | None = None,  # (files done, files, chunks so far)
 ) -> IndexSummary:
     started = time.perf_counter()
     summary = IndexSummary(repo=repo, tenant=tenant)
@@ -229,8 +229,8 @@ def index_repository(
 
     for n, (rel, path) in enumerate(files, 1):
         text, reason = read_text(path, settings.max_file_bytes)
-        if progress:
-            progress(n, len(files))
+        if progress:  # files before this one are done; 100% is reported once the last write is in
+            progress(n - 1, len(files), summary.chunks_written + pending_chunks)
         if text is None:
             summary.skipped.append(Skipped(rel, reason or "unreadable"))
             continue
@@ -253,6 +253,8 @@ def index_repository(
         if pending_chunks >= batch_chunks:
             flush()
     flush()
+    if progress:
+        progress(len(files), len(files), summary.chunks_written)
     # files that are gone (or now ignored/skipped) lose their chunks
     gone = [i for f in stored.values() for i in f.ids]
     summary.files_deleted = len(stored)

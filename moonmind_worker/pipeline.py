@@ -178,11 +178,13 @@ def retrieve_context_pack(
             )
     if not items:
         if best_score is None:
-            notes.append("no chunks match these filters; check --filters or index the repository")
+            notes.append(no_match_note(query, scope, store))
         elif not truncated:
+            lower = f"{max(best_score - 0.05, 0):.2f}"
+            how = (f'Send a lower "score_threshold" (e.g. {lower})' if query.transport == "gateway"  # an HTTP client
+                   else f"Lower --score-threshold (e.g. --score-threshold {lower})")
             notes.append(
-                f"no chunk scored >= {threshold:.2f}; the best score seen was {best_score:.3f}. "
-                f"Lower --score-threshold (e.g. --score-threshold {max(best_score - 0.05, 0):.2f}) to see more."
+                f"no chunk scored >= {threshold:.2f}; the best score seen was {best_score:.3f}. {how} to see more."
             )
     context_text = format_context_text(items)
     return ContextPack(
@@ -201,6 +203,48 @@ def retrieve_context_pack(
         truncated=truncated,
         notes=notes,
     )
+
+
+#: At most this many repository names in a note (a store may hold many).
+NOTE_REPOS = 20
+
+
+def indexed_repos(store: Store, where_must: tuple, limit: int = NOTE_REPOS + 1) -> list[str]:
+    """The distinct repositories among canonical chunks matching `where_must`, one cheap lookup per repository."""
+    found: list[str] = []
+    while len(found) < limit:
+        where = Where(must=where_must, must_not=(MatchAny("repo", tuple(found)),) if found else ())
+        hit = next(iter(store.scroll(where, ["repo"], batch=1)), None)
+        if hit is None or not hit.payload.get("repo"):
+            break
+        found.append(str(hit.payload["repo"]))
+    return sorted(found)
+
+
+def no_match_note(query: RetrievalQuery, scope: Scope | None, store: Store) -> str:
+    """Why nothing matched the filters; a repo filter naming no indexed repository lists the ones there are.
+
+    Why: a misspelled `repo=myrpo` otherwise looks like an empty index. Only repositories the
+    caller may see are named (its tenant filter and, on the gateway, its token's scope).
+    """
+    repo = query.filters.repo
+    generic = "no chunks match these filters; check the filters (repo, tenant, run_id, path, language) or index the repository"
+    if repo is None:
+        return generic
+    try:
+        unscoped = query.model_copy(update={"filters": query.filters.model_copy(update={"repo": None, "path": None, "language": None})})
+        must = (Match("trust_class", CANONICAL), *scope_conditions(unscoped, scope))
+        repos = indexed_repos(store, must)
+    except Exception:  # noqa: BLE001 - a note never fails a search
+        return generic
+    if repo in repos:
+        return generic
+    tenant = f" for tenant {query.filters.tenant!r}" if query.filters.tenant else ""
+    if not repos:
+        return f"no chunks match these filters: nothing is indexed{tenant} yet; run `moonmind rag index PATH --repo {repo}`"
+    more = ", ..." if len(repos) > NOTE_REPOS else ""
+    names = ", ".join(repos[:NOTE_REPOS]) + more
+    return f"no chunks match these filters: repository {repo!r} is not indexed{tenant}; indexed repositories: {names}"
 
 
 def _bounded(call, deadline: Deadline, stage: str):

@@ -206,6 +206,10 @@ def setting(*aliases: str, default: Any = None, parse: Rule, optional: bool = Fa
     return Field(*aliases, default=default, parse=parse, optional=optional, blank_is_unset=blank_is_unset)
 
 
+#: The tenant everything lives in when neither a flag nor MOONMIND_TENANT names one.
+DEFAULT_TENANT = "default"
+
+
 class Settings:
     """Every setting, with its env alias(es) and rule (see the README's configuration tables)."""
 
@@ -250,6 +254,8 @@ class Settings:
     chunk_chars: int = setting("MOONMIND_CHUNK_CHARS", default=1500, parse=integer(ge=200))
     chunk_overlap_lines: int = setting("MOONMIND_CHUNK_OVERLAP_LINES", default=2, parse=integer(ge=0))
     max_file_bytes: int = setting("MOONMIND_MAX_FILE_BYTES", default=1_000_000, parse=integer(gt=0))
+    #: seconds between progress lines when stderr is not a terminal (a terminal gets a bar)
+    progress_interval_s: float = setting("MOONMIND_PROGRESS_INTERVAL_S", default=5.0, parse=number(gt=0))
 
     # --- RetrievalGateway (client side and server side) ------------------
     retrieval_url: str | None = setting("MOONMIND_RETRIEVAL_URL", parse=text(), blank_is_unset=True)
@@ -360,6 +366,15 @@ class Settings:
         if self.events_url is not None:
             return None if self.events_url.strip().lower() in ("", "none", "off") else self.events_url
         return self.configured_broker
+
+    @property
+    def scope_tenant(self) -> str:
+        """The tenant a command writes to and searches when none is given: MOONMIND_TENANT, else `default`.
+
+        Why one place: index, overlay upsert, search and gateway tokens must agree, or a search
+        silently misses what an index wrote under another tenant (issue 19).
+        """
+        return self.tenant or DEFAULT_TENANT
 
     @property
     def model_name(self) -> str:

@@ -29,6 +29,18 @@ from moonmind_worker.settings import Settings, get_settings
 
 log = logging.getLogger("moonmind.tasks")
 
+
+def _quiet_task_results() -> None:
+    """Celery logs every task's return value at INFO ("succeeded in 0.1s: {...}"); for a search that is
+    (a truncated copy of) retrieved code, which does not belong in worker logs. Keep the name, id and
+    runtime: Celery reads this module-level format at each success."""
+    from celery.app import trace
+
+    trace.LOG_SUCCESS = "Task %(name)s[%(id)s] succeeded in %(runtime)ss"
+
+
+_quiet_task_results()
+
 SWEEP_SCHEDULE_NAME = "moonmind-sweep-expired-overlays"
 
 

@@ -181,3 +181,13 @@ def test_the_cli_key_checks_stay_within_the_contracts():
         with pytest.raises(MoonmindError) as info:
             expect_keys(broken, PACK_KEYS, "a ContextPack")
         assert info.value.code == "internal_error" and "same moonmind-worker version" in info.value.action
+
+
+def test_the_workers_info_log_holds_no_retrieved_text(stack):
+    """Celery logs a task's return value at INFO by default: for a search, code from the pack."""
+    r = run(stack["env"], *QUERY, "--execution", "queue", "--json")
+    assert r.returncode == 0, r.stderr
+    snippet = json.loads(r.stdout)["items"][0]["text"].strip().splitlines()[0]
+    log = (stack["base"] / "worker.log").read_text()
+    assert "succeeded in" in log
+    assert snippet not in log and "context_text" not in log

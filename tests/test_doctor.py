@@ -195,3 +195,16 @@ def test_a_broker_that_accepts_and_never_answers_cannot_hang_doctor_or_job_start
     assert broker["ok"] is False and str(silent.port) in broker["detail"]
     assert doctor_s < 20 and start_s < 20, (doctor_s, start_s)
     assert start.code == 0 and json.loads(manifest.read_text())["rag"]["available"] is True
+
+
+def test_doctor_says_exported_google_settings_are_unused_while_the_provider_is_the_offline_default(cli, prebuilt):
+    r = cli("worker", "doctor", extra_env={"GOOGLE_API_KEY": "AIza-doctor-test", "GOOGLE_EMBEDDING_MODEL": "gemini-embedding-001"})
+    assert r.code == 0, r.stdout + r.stderr  # still usable: the static model answers
+    line = _lines(r.stdout)["provider"]
+    assert "GOOGLE_API_KEY and GOOGLE_EMBEDDING_MODEL are set but unused" in line
+    assert "MOONMIND_EMBEDDING_PROVIDER=google" in line and "AIza-doctor-test" not in r.stdout
+
+
+def test_doctor_adds_no_provider_line_when_the_static_model_was_chosen(cli, prebuilt):
+    r = cli("worker", "doctor", extra_env={"GOOGLE_API_KEY": "AIza-x", "MOONMIND_EMBEDDING_PROVIDER": "static"})
+    assert r.code == 0 and "provider" not in _lines(r.stdout)

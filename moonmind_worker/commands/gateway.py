@@ -25,7 +25,8 @@ def register(groups: dict) -> None:
     p = gw.add_parser("add-token", help="create a worker token; prints it once, stores only its hash")
     p.add_argument("--name", required=True, help="a label for the token (unique in the file)")
     p.add_argument("--repo", action="append", required=True, help="a repository the token may read (repeatable)")
-    p.add_argument("--tenant", action="append", required=True, help="a tenant the token may read (repeatable)")
+    p.add_argument("--tenant", action="append", default=None,
+                   help="a tenant the token may read (repeatable; default: MOONMIND_TENANT or 'default', as for rag index)")
     p.add_argument("--max-top-k", type=int, default=None, help="largest top_k the token may ask for")
     p.add_argument("--tokens-file", default=None, help="bearer-token file (default MOONMIND_GATEWAY_TOKENS_FILE)")
     p.set_defaults(_handler=cmd_add_token)
@@ -66,7 +67,7 @@ def cmd_add_token(args: argparse.Namespace) -> int:
     token = new_token()
     try:
         grant = TokenGrant(
-            name=args.name, hash=hash_token(token), repos=args.repo, tenants=args.tenant, max_top_k=args.max_top_k
+            name=args.name, hash=hash_token(token), repos=args.repo, tenants=args.tenant or [settings.scope_tenant], max_top_k=args.max_top_k
         )
     except ValidationError as exc:
         e = exc.errors()[0]

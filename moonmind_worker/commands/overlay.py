@@ -29,7 +29,7 @@ def register(groups: dict) -> None:
     u.add_argument("--run-id", default=None, help="run id (default: MOONMIND_RUN_ID)")
     u.add_argument("--ttl", default="24h", metavar="DURATION", help="lifetime, e.g. 900s, 30m, 2h, 1d (default 24h)")
     u.add_argument("--repo", default=None, help="repository name (default: MOONMIND_REPO)")
-    u.add_argument("--tenant", default=None, help="tenant (default: MOONMIND_TENANT)")
+    u.add_argument("--tenant", default=None, help="tenant (default: MOONMIND_TENANT or 'default')")
     u.add_argument("--root", default=None, help="workspace root (default: the enclosing git work tree, else the current directory)")
     u.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_execution_arguments(u, write=True)
@@ -77,7 +77,7 @@ def cmd_upsert(args: argparse.Namespace) -> int:
     # validated where it runs (owner or here, `owner.ops.overlay_upsert`), before anything is written
     request = {
         "paths": paths, "root": str(root.resolve()), "ttl": args.ttl, "run_id": args.run_id or settings.run_id,
-        "repo": args.repo or settings.repo, "tenant": args.tenant or settings.tenant,
+        "repo": args.repo or settings.repo, "tenant": args.tenant or settings.scope_tenant,
     }
     return print_overlay_report(execute(settings, "overlay_upsert", request), args)
 
@@ -115,7 +115,7 @@ def upsert_queued(args: argparse.Namespace, settings, root: Path, paths: list[st
         "paths": paths, "root": str(root.resolve()), "ttl": args.ttl,
         "run_id": _scope(args.run_id or settings.run_id, "run id", "--run-id", "MOONMIND_RUN_ID"),
         "repo": _scope(args.repo or settings.repo, "repo", "--repo", "MOONMIND_REPO"),
-        "tenant": _scope(args.tenant or settings.tenant, "tenant", "--tenant", "MOONMIND_TENANT"),
+        "tenant": args.tenant or settings.scope_tenant,
     }
     wait = not args.no_wait
     out = run_queued(OVERLAY_UPSERT, {"request": request}, queue=settings.index_queue,

@@ -100,7 +100,8 @@ def print_task_id(task_id: str, args: argparse.Namespace) -> int:
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--query", "-q", required=True, help="what to look for (natural language or identifiers)")
+    p.add_argument("query_text", nargs="?", default=None, metavar="QUERY", help="what to look for (natural language or identifiers)")
+    p.add_argument("--query", "-q", default=None, help="the query, as a flag (same as QUERY)")
     p.add_argument("--top-k", type=int, default=None, help="number of items, 1-50 (default RAG_SIMILARITY_TOP_K=8)")
     p.add_argument("--filters", nargs="+", default=[], metavar="KEY=VALUE", help="payload filters: repo, tenant, run_id, path, language")
     p.add_argument("--score-threshold", type=float, default=None, help="minimum score in [0, 1]")
@@ -134,7 +135,8 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
             raise MoonmindError(
                 "invalid_query",
                 f"Malformed {what} {pair!r}: expected KEY=VALUE.",
-                f"Write each {what} as key=value, e.g. repo=myrepo.",
+                f"Write each {what} as key=value, e.g. repo=myrepo"
+                + ('; the query goes before --filters: rag search "text" --filters repo=myrepo.' if what == "filter" else "."),
             )
         out[key.strip()] = value.strip()
     return out
@@ -154,43 +156,76 @@ def refuse_widening(asked: dict[str, str], settings: Any) -> None:
     store access at all and uses the gateway with a scoped token (README, "Trust model").
     """
     for key in JOB_CEILING:
-        mine = getattr(settings, key)
-        if mine and key in asked and asked[key].strip() and asked[key].strip() != mine:
+        mine, theirs = getattr(settings, key), asked.get(key)
+        wanted = theirs.strip() if isinstance(theirs, str) else theirs
+        if mine and wanted not in (None, "") and wanted != mine:
             raise MoonmindError(
                 "forbidden",
-                f"This job is scoped to {key} {mine!r}; --filters {key}={asked[key].strip()!r} would widen it.",
+                f"This job is scoped to {key} {mine!r}; the filter {key}={wanted!r} would widen it.",
                 f"Search within the job's {key} (drop the filter); a job cannot read another {key}'s data.",
             )
 
 
 def query_request(args: argparse.Namespace) -> dict[str, Any]:
     """The RetrievalQuery fields the flags describe, not yet validated; scope defaults come from the job's environment."""
-    from ..settings import get_settings
-
-    settings = get_settings()
-    filters: dict[str, str] = {}
-    for key, value in (("repo", settings.repo), ("tenant", settings.tenant), ("run_id", settings.run_id)):
-        if value:
-            filters[key] = value
-    asked = parse_pairs(args.filters, "filter")
-    if settings.job_id:
-        refuse_widening(asked, settings)
-    filters.update(asked)
     budgets = parse_pairs(args.budget, "budget")
     for key, value in budgets.items():
         if not value.isdigit():
             raise MoonmindError(
                 "invalid_query", f"Budget {key}={value!r} is not a positive integer.", "Use e.g. --budget tokens=1200 latency_ms=800."
             )
-    data = {
-        "query": args.query,
-        "top_k": args.top_k,
-        "filters": filters,
-        "overlay_policy": args.overlay,
-        "score_threshold": args.score_threshold,
+    filters = parse_pairs(args.filters, "filter")  # first: a query written after --filters lands there, and this says so
+    return search_request(
+        query_text(args), top_k=args.top_k, filters=filters, overlay=args.overlay,
+        score_threshold=args.score_threshold, budgets={k: int(v) for k, v in budgets.items()},
+    )
+
+
+def query_text(args: argparse.Namespace) -> str:
+    """The query, given positionally (`rag search "text"`) or as --query, not both."""
+    positional, flag = getattr(args, "query_text", None), args.query
+    if positional is not None and flag is not None:
+        raise MoonmindError(
+            "invalid_argument", "The query was given twice: as an argument and with --query.",
+            'Pass it once: moonmind rag search "what you are looking for".',
+        )
+    if positional is None and flag is None:
+        raise MoonmindError(
+            "invalid_argument", "No query given.", 'Pass it: moonmind rag search "what you are looking for" (or --query TEXT).',
+        )
+    return positional if positional is not None else flag
+
+
+def search_request(
+    query: Any, *, top_k: Any = None, filters: dict[str, Any] | None = None, overlay: Any = "include",
+    score_threshold: Any = None, budgets: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """RetrievalQuery fields from a caller's values (the CLI's flags, an MCP tool's arguments), not yet validated.
+
+    Why one function: every entry point scopes a search the same way, to the job's
+    MOONMIND_REPO, MOONMIND_TENANT and MOONMIND_RUN_ID when set, which the caller's own
+    filters override. With no tenant set a search sees every tenant the caller may read,
+    so it finds what `rag index` and `rag overlay upsert` wrote under `default`.
+    """
+    from ..settings import get_settings
+
+    settings = get_settings()
+    scoped: dict[str, Any] = {}
+    for key, value in (("repo", settings.repo), ("tenant", settings.tenant), ("run_id", settings.run_id)):
+        if value:
+            scoped[key] = value
+    if settings.job_id:
+        refuse_widening(filters or {}, settings)
+    scoped.update(filters or {})
+    data: dict[str, Any] = {
+        "query": query,
+        "top_k": top_k,
+        "filters": scoped,
+        "overlay_policy": overlay,
+        "score_threshold": score_threshold,
     }
     if budgets:
-        data["budgets"] = {k: int(v) for k, v in budgets.items()}
+        data["budgets"] = dict(budgets)
     return data
 
 
@@ -253,7 +288,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from ..settings import get_settings
 
     settings = get_settings()
-    tenant = args.tenant or settings.tenant or "default"
+    tenant = args.tenant or settings.scope_tenant
     if execution_mode(args) == "queue":
         from ..queue_client import INDEX
 
@@ -267,12 +302,12 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..progress import tty_progress
+    from ..progress import reporter
     from ..owner.client import execute
 
     root = Path(args.path)
     if not root.is_dir():
         raise MoonmindError("invalid_argument", f"{args.path} is not a directory.", "Pass the root of the repository to index.")
     request = {"path": str(root.resolve()), "repo": args.repo, "tenant": tenant}
-    report = execute(settings, "index", request, progress=tty_progress())
+    report = execute(settings, "index", request, progress=reporter(interval_s=settings.progress_interval_s))
     return print_index_report(report, args)

@@ -21,14 +21,14 @@ def register(groups: dict) -> None:
 
 
 def cmd_sync_embedding(args: argparse.Namespace) -> int:
-    from ..progress import tty_progress
+    from ..progress import reporter
     from ..owner.client import execute
     from ..settings import get_settings
 
     settings = get_settings()
     out = execute(
         settings, "sync_embedding", {"collection": args.collection, "dry_run": args.dry_run},
-        collection=args.collection, progress=tty_progress(unit="chunks re-embedded"),
+        collection=args.collection, progress=reporter(unit="chunks re-embedded", interval_s=settings.progress_interval_s),
     )
     if args.json:
         sys.stdout.write(json.dumps(out["result"], indent=2) + "\n")

@@ -31,7 +31,7 @@ TYPE_CHECKING = False  # annotations only: the thin client's path imports no `ty
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-    Progress = Callable[[int, int], None]
+    Progress = Callable[..., None]  # (done, total[, chunks])
 
 
 #: How long connecting to a live owner may take (it accepts in a loop of its own).
@@ -97,8 +97,8 @@ class Owner:
                 if "error" in message:
                     raise _error(message)
                 if "progress" in message and progress is not None:
-                    done, total = message["progress"]
-                    progress(int(done), int(total))
+                    done, total, *chunks = message["progress"]  # chunks: index runs report them too
+                    progress(int(done), int(total), *(int(c) for c in chunks[:1]))
         except (EOFError, ConnectionResetError, BrokenPipeError) as exc:
             raise OwnerGone(str(exc)) from None
         finally:

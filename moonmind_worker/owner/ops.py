@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from ..errors import MoonmindError
 
-Progress = Callable[[int, int], None] | None
+Progress = Callable[..., None] | None  # (done, total[, chunks])
 
 #: Writes run one at a time in an owner (several clients may ask at once); reads never wait for them.
 _WRITES = threading.Lock()

@@ -261,15 +261,15 @@ class _Channel:
         while not self.done.wait(protocol.HEARTBEAT_S):
             self.send({"alive": 1})
 
-    def check_open(self, done: int = 0, total: int = 0) -> None:
+    def check_open(self, done: int = 0, total: int = 0, chunks: int | None = None) -> None:
         if self.gone:
             raise _ClientGone()
 
-    def progress(self, done: int, total: int) -> None:
+    def progress(self, done: int, total: int, chunks: int | None = None) -> None:
         now = time.monotonic()
         if done == total or now - self._last_progress >= 0.1:
             self._last_progress = now
-            self.send({"progress": [done, total]})
+            self.send({"progress": [done, total] if chunks is None else [done, total, chunks]})
         self.check_open()
 
 

@@ -1,0 +1,192 @@
+"""`moonmind mcp`: the real server process, spoken to over stdio by the official SDK's client.
+
+Nothing is mocked: the installed `moonmind mcp` runs as a subprocess, the SDK client does the
+MCP handshake and calls the tools, and the store is the embedded one on disk (the `indexed`
+fixture: repo=demo, tenant=acme).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conftest import MOONMIND
+
+pytest.importorskip("mcp")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+QUERY = "check the bearer token header"
+
+
+def call(env: dict[str, str], cwd: Path, *calls: tuple[str, dict | None]) -> list:
+    """Start `moonmind mcp`, run `calls` in order (("list", None) lists the tools), return the results."""
+
+    async def run() -> list:
+        params = StdioServerParameters(command=MOONMIND, args=["mcp"], env=env, cwd=str(cwd))
+        out = []
+        async with Client(params, read_timeout_seconds=120) as client:
+            for name, args in calls:
+                if name == "list":
+                    out.append(await client.list_tools())
+                else:
+                    out.append(await client.call_tool(name, args))
+        return out
+
+    return anyio.run(run)
+
+
+def envelope(result) -> dict:
+    assert result.is_error, result
+    body = json.loads(result.content[0].text)
+    assert body == result.structured_content
+    return body["error"]
+
+
+def test_the_server_lists_search_index_overlay_upsert_and_stats(env, tmp_path):
+    (listing,) = call(env, tmp_path, ("list", None))
+    tools = {t.name: t for t in listing.tools}
+    assert set(tools) == {"search", "index", "overlay_upsert", "stats"}
+    assert set(tools["search"].input_schema["properties"]) == {"query", "top_k", "filters", "score_threshold", "budget"}
+    assert tools["search"].input_schema["required"] == ["query"]
+    assert tools["search"].output_schema["title"] == "ContextPack"  # spec 04's contract, for clients that validate
+
+
+def test_search_returns_the_packs_markdown_as_text_and_the_context_pack_as_structured_content(indexed, env, cli, tmp_path):
+    (result,) = call(env, tmp_path, ("search", {"query": QUERY, "top_k": 3, "filters": {"repo": "demo"}}))
+    assert not result.is_error, result.content
+    pack = result.structured_content
+    assert result.content[0].text == pack["context_text"]
+    assert pack["items"][0]["source"] == "auth/tokens.py"
+    assert pack["filters"] == {"repo": "demo"} and len(pack["items"]) <= 3
+    from_cli = cli("rag", "search", QUERY, "--top-k", "3", "--filters", "repo=demo", "--json").json()
+    assert [i["chunk_hash"] for i in pack["items"]] == [i["chunk_hash"] for i in from_cli["items"]]
+
+
+def test_bad_input_is_a_tool_error_carrying_the_envelope_and_the_server_keeps_serving(indexed, env, tmp_path):
+    bad_top_k, unknown_filter, not_a_tool, empty_path, no_run_id, after = call(
+        env, tmp_path,
+        ("search", {"query": QUERY, "top_k": 99}),
+        ("search", {"query": QUERY, "filters": {"owner": "x"}}),
+        ("reindex_everything", {}),
+        ("index", {"path": "", "repo": "demo"}),
+        ("overlay_upsert", {"paths": ["auth/tokens.py"], "root": str(indexed), "repo": "demo"}),
+        ("search", {"query": QUERY}),
+    )
+    err = envelope(bad_top_k)
+    assert err["code"] == "invalid_query" and "top_k" in err["message"]
+    assert '"top_k"' in err["action"] and "--top-k" not in err["action"]  # it names the argument, not a CLI flag
+    assert envelope(unknown_filter)["code"] == "invalid_query"
+    assert envelope(not_a_tool)["code"] == "invalid_argument"
+    assert envelope(empty_path)["message"] == "Missing argument(s) for index: path."  # never the server's own directory
+    assert envelope(no_run_id)["action"] == "Pass run_id, or set MOONMIND_RUN_ID in the server's environment."
+    assert not after.is_error and after.structured_content["items"]
+
+
+def test_index_then_search_finds_the_newly_indexed_tree(env, tmp_path):
+    tree = tmp_path / "fresh"
+    (tree / "geo").mkdir(parents=True)
+    (tree / "geo" / "haversine.py").write_text(textwrap.dedent('''
+        def great_circle_distance(lat1, lon1, lat2, lon2):
+            """Distance in kilometres between two points on Earth (haversine formula)."""
+            from math import asin, cos, radians, sin, sqrt
+            dlat, dlon = radians(lat2 - lat1), radians(lon2 - lon1)
+            a = sin(dlat / 2) ** 2 + cos(radians(lat1)) * cos(radians(lat2)) * sin(dlon / 2) ** 2
+            return 2 * 6371 * asin(sqrt(a))
+        '''))
+    indexed, found = call(
+        env, tmp_path,
+        ("index", {"path": str(tree), "repo": "geo"}),
+        ("search", {"query": "distance between two points on earth", "filters": {"repo": "geo"}}),
+    )
+    assert not indexed.is_error, indexed.content
+    assert indexed.structured_content["files_indexed"] == 1 and indexed.structured_content["tenant"] == "default"
+    assert "indexed repo=geo" in indexed.content[0].text
+    assert found.structured_content["items"][0]["source"] == "geo/haversine.py"
+
+
+def test_overlay_upsert_makes_an_edit_searchable_for_its_run(indexed, env, tmp_path):
+    edited = indexed / "auth" / "sessions.py"
+    edited.write_text('def rotate_session_cookie(session):\n    """Issue a fresh session cookie after login."""\n    return session.renew()\n')
+    upserted, found = call(
+        env, tmp_path,
+        ("overlay_upsert", {"paths": ["auth/sessions.py"], "root": str(indexed), "run_id": "run-7", "repo": "demo",
+                            "tenant": "acme"}),
+        ("search", {"query": "rotate the session cookie after login", "filters": {"run_id": "run-7", "repo": "demo"}}),
+    )
+    assert not upserted.is_error, upserted.content
+    assert upserted.structured_content["run_id"] == "run-7" and "run=run-7" in upserted.content[0].text
+    top = found.structured_content["items"][0]
+    assert top["source"] == "auth/sessions.py" and top["trust_class"] == "overlay"
+
+
+def test_stats_reports_what_the_index_holds_for_a_repository(indexed, env, tmp_path):
+    (result,) = call(env, tmp_path, ("stats", {"repo": "demo"}))
+    assert not result.is_error, result.content
+    stats = result.structured_content
+    assert stats["repo"] == "demo" and stats["chunks"] > 0
+    assert "auth/tokens.py" in {f["path"] for f in stats["files"]}
+    assert "repo=demo" in result.content[0].text
+
+
+def test_search_beside_a_running_owner_is_answered_by_the_owner(indexed, env, home, tmp_path):
+    """With `moonmind serve` holding the embedded store, a one-shot open would find it locked: the answer is the owner's."""
+    from test_owner import start_owner, stop
+
+    owner = start_owner(env, home)
+    try:
+        (result,) = call(env, tmp_path, ("search", {"query": QUERY, "filters": {"repo": "demo"}}))
+    finally:
+        stop(owner)
+    assert not result.is_error, result.content
+    assert result.structured_content["items"][0]["source"] == "auth/tokens.py"
+
+
+def test_no_other_command_imports_the_mcp_sdk(env, tmp_path):
+    """The SDK is imported by `moonmind mcp` only: every other command's parser and start-up stay as they were."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from moonmind_worker.cli import build_parser; "
+            "[build_parser(a) for a in (['rag', 'search', 'x'], ['mcp'], None)]; "
+            "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_index_reports_progress_to_a_client_that_asks_for_it(env, repo, tmp_path):
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async def run():
+        params = StdioServerParameters(command=MOONMIND, args=["mcp"], env=env, cwd=str(tmp_path))
+        async with Client(params, read_timeout_seconds=120) as client:
+            return await client.call_tool("index", {"path": str(repo), "repo": "demo"}, progress_callback=on_progress)
+
+    result = anyio.run(run)
+    assert not result.is_error, result.content
+    assert seen and seen[-1][0] == seen[-1][1] == 4  # the fixture's four files, 100% after the last write
+    assert "4/4 files" in seen[-1][2]
+
+
+def test_search_goes_through_the_gateway_when_moonmind_retrieval_url_is_set(indexed, env, home, tmp_path):
+    """The CLI's transport selection, not a second pipeline: with a gateway configured the pack is the gateway's."""
+    from gateway_helpers import add_token, start_gateway
+
+    token = add_token(env, "agent", ["demo"], ["acme"])
+    gw = start_gateway(home, env, tmp_path)
+    try:
+        via = {**env, "MOONMIND_RETRIEVAL_URL": gw.url, "MOONMIND_RETRIEVAL_TOKEN": token, "MOONMIND_RETRIEVAL_FALLBACK": "none"}
+        (result,) = call(via, tmp_path, ("search", {"query": QUERY, "filters": {"repo": "demo"}}))
+    finally:
+        gw.stop()
+    assert not result.is_error, result.content
+    assert result.structured_content["transport"] == "gateway"
+    assert result.structured_content["items"][0]["source"] == "auth/tokens.py"
