@@ -1,0 +1,131 @@
+"""Where a cold `rag index` of a large real repository spends its time, stage by stage (issue 20).
+
+`python -m bench.index_profile` indexes the Django 5.1.4 source (fetched once into the gitignored
+bench/corpus/ by `bench.owner.django_source`) into a scratch MOONMIND_HOME, in this process,
+with wall-clock timers around each stage of the real indexer (no profiler: cProfile's per-call
+overhead inflates Python-heavy stages several-fold and misleads). Then it measures what the
+HNSW build buys: search latency on the plain segments against the optimized shard.
+
+Stages: walk, read, chunk (tree-sitter + line splitter), embed (tokenizer + mean pooling),
+BM25 vectors, payloads and points (the pydantic payload, point objects), store writes (upsert
+and stale deletes), optimize (segment merge + HNSW build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+QUERIES = [
+    "how are query strings parsed", "QuerySet filter chaining", "csrf token validation middleware",
+    "template engine loaders", "database connection pooling", "migration autodetector renames",
+    "password hashers", "ModelAdmin list_display",
+]
+
+_spent: dict[str, float] = defaultdict(float)
+
+
+@contextmanager
+def _timed(stage: str):
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        _spent[stage] += time.perf_counter() - t
+
+
+def _wrap(module, name: str, stage: str) -> None:
+    real = getattr(module, name)
+
+    def timed(*args, **kwargs):
+        with _timed(stage):
+            return real(*args, **kwargs)
+
+    setattr(module, name, timed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source", default=None, help="tree to index (default: the Django 5.1.4 source)")
+    args = ap.parse_args()
+    from .owner import django_source
+
+    source = Path(args.source) if args.source else django_source()
+    home = Path(tempfile.mkdtemp(prefix="moonmind-index-profile-"))
+    os.environ["MOONMIND_HOME"] = str(home)
+    os.environ["MOONMIND_OWNER"] = "off"
+    try:
+        _profile(source)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _profile(source: Path) -> None:
+    from moonmind_worker import indexer, lexical
+    from moonmind_worker.contracts import parse_query
+    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.runtime import get_embedder, get_store
+    from moonmind_worker.settings import get_settings
+
+    settings = get_settings()
+    embedder, store = get_embedder(settings), get_store(settings)
+    real_walk = indexer.walk
+    indexer.walk = lambda *a, **k: _call(lambda: list(real_walk(*a, **k)), "walk")  # a generator: time its whole run
+    _wrap(indexer, "read_text", "read")
+    _wrap(indexer, "chunk_text", "chunk")
+    _wrap(lexical, "document_vector", "BM25 vectors")
+    real_embed = embedder.embed_documents
+    embedder.embed_documents = lambda texts: _call(real_embed, "embed", texts)  # type: ignore[method-assign]
+    for op in ("upsert", "delete_ids"):
+        real = getattr(store, op)
+        setattr(store, op, (lambda r: lambda *a, **k: _call(r, "store writes", *a, **k))(real))
+    real_optimize = store.optimize
+    store.optimize = lambda: None  # measured on its own below, with searches before and after
+    started = time.perf_counter()
+    summary = indexer.index_repository(source, repo="bench", tenant="default", settings=settings,
+                                       embedder=embedder, store=store)
+    total = time.perf_counter() - started
+    build = _spent["walk"] + _spent["read"] + _spent["chunk"] + _spent["embed"] + _spent["BM25 vectors"] + _spent["store writes"]
+    before = _searches(settings, embedder, store, parse_query, retrieve_context_pack)
+    t = time.perf_counter()
+    real_optimize()
+    optimize = time.perf_counter() - t
+    after = _searches(settings, embedder, store, parse_query, retrieve_context_pack)
+    store.close()
+    n = summary.chunks_written
+    rows = [(k, _spent[k]) for k in ("walk", "read", "chunk", "embed", "BM25 vectors", "store writes")]
+    rows.append(("payloads, points, rest", total - build))
+    rows.append(("optimize (merge + HNSW)", optimize))
+    whole = total + optimize
+    print(f"{summary.files_indexed} files, {n} chunks; cold index {whole:.1f} s = {n / whole:.0f} chunks/s "
+          f"({total:.1f} s before optimize = {n / total:.0f} chunks/s)")
+    print("| stage | seconds | share |\n|---|---|---|")
+    for name, sec in rows:
+        print(f"| {name} | {sec:.1f} | {sec / whole:.0%} |")
+    print(f"search p50 on plain segments {statistics.median(before):.1f} ms, after optimize {statistics.median(after):.1f} ms")
+
+
+def _call(fn, stage: str, *args, **kwargs):
+    with _timed(stage):
+        return fn(*args, **kwargs)
+
+
+def _searches(settings, embedder, store, parse_query, retrieve) -> list[float]:
+    times = []
+    for i in range(3 * len(QUERIES)):
+        q = parse_query({"query": QUERIES[i % len(QUERIES)], "filters": {"repo": "bench"}})
+        t = time.perf_counter()
+        retrieve(q, settings=settings, embedder=embedder, store=store)
+        times.append((time.perf_counter() - t) * 1000)
+    return times[len(QUERIES):]  # the first round warms caches
+
+
+if __name__ == "__main__":
+    main()
