@@ -63,3 +63,16 @@ def test_wrk_summary_is_read_from_the_distribution_not_from_a_stdev_column_endin
     from bench.gateway_bench import parse_wrk
 
     assert parse_wrk(WRK_OUT_32) == {"rps": 261.26, "p50_ms": 120.96, "p99_ms": 157.56, "requests": 2617, "non_2xx": 0}
+
+
+def test_index_profile_reports_every_stage_and_the_search_latency_it_buys(tmp_path):
+    from conftest import FIXTURE_FILES, write_tree
+
+    tree = write_tree(tmp_path / "tree", FIXTURE_FILES)
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    r = subprocess.run([sys.executable, "-m", "bench.index_profile", "--source", str(tree)], env=env,
+                       cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    for stage in ("walk", "read", "chunk", "embed", "BM25 vectors", "store writes", "optimize"):
+        assert f"| {stage}" in r.stdout, r.stdout
+    assert "chunks/s" in r.stdout and "search p50 on plain segments" in r.stdout
