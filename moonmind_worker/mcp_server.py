@@ -288,12 +288,13 @@ def call(name: str, arguments: Any, progress: Any = None) -> types.CallToolResul
 
 
 def _release() -> None:
-    """Close the stores a one-shot call opened: the embedded store's lock goes back to the user's commands."""
+    """Close the stores a one-shot call opened: the embedded store's lock goes back to the user's commands.
+    The embedder stays loaded: the next call would otherwise load the model again."""
     import sys
 
     runtime = sys.modules.get("moonmind_worker.runtime")
     if runtime is not None:
-        runtime.close_all()
+        runtime.close_all(keep_embedders=True)
 
 
 #: Seconds between two progress notifications (the last one always goes).

@@ -49,11 +49,13 @@ def existing_store(settings: Settings, collection: str | None = None) -> Store |
         return _stores.get(_store_key(settings, collection))
 
 
-def close_all(flush_only: bool = False) -> None:
+def close_all(flush_only: bool = False, keep_embedders: bool = False) -> None:
     """Release stores (the embedded store's lock in particular).
 
     `flush_only`: the process is about to end without interpreter teardown (`cli.run`), which
     releases locks and memory itself; only writes still buffered must reach the disk.
+    `keep_embedders`: a long-lived process that must not hold the store between calls (the
+    MCP server) keeps its model loaded, so only the first call pays for loading it.
     """
     if not flush_only:
         import sys
@@ -69,4 +71,5 @@ def close_all(flush_only: bool = False) -> None:
                 pass
         if not flush_only:
             _stores.clear()
-            _embedders.clear()
+            if not keep_embedders:
+                _embedders.clear()

@@ -190,3 +190,16 @@ def test_search_goes_through_the_gateway_when_moonmind_retrieval_url_is_set(inde
     assert not result.is_error, result.content
     assert result.structured_content["transport"] == "gateway"
     assert result.structured_content["items"][0]["source"] == "auth/tokens.py"
+
+
+def test_between_calls_the_server_lets_go_of_the_store_but_keeps_its_model(indexed, env):
+    from moonmind_worker import mcp_server, runtime
+    from moonmind_worker.settings import get_settings
+
+    settings = get_settings()
+    result = mcp_server.call("search", {"query": "bearer token", "filters": {"repo": "demo"}})
+    assert not result.is_error
+    assert runtime.existing_store(settings) is None, "the embedded store's lock goes back to the user's commands"
+    embedder = runtime.get_embedder(settings)
+    mcp_server.call("search", {"query": "connection pool", "filters": {"repo": "demo"}})
+    assert runtime.get_embedder(settings) is embedder, "the model is loaded once, not per call"
