@@ -193,7 +193,9 @@ def create_app(
                 response.headers["Allow"] = allow
             return response
         elif exc.status_code == 404:
-            err = MoonmindError("not_found", "No such path.", "The API is POST /retrieval/context and GET /retrieval/health; see /docs.")
+            err = MoonmindError("not_found", "No such path.",
+                                "The API is POST /retrieval/context, GET /retrieval/health (readiness) and "
+                                "GET /retrieval/live (liveness); see /docs or /redoc.")
         else:
             err = invalid_query("Bad request.", "See /docs for the API.")
         return _error_response(err, exc.status_code)
