@@ -8,6 +8,7 @@ the documented code of its class. Anything else is an internal error.
 from __future__ import annotations
 
 import re
+from collections import namedtuple
 
 #: Exit code per class of failure (documented in the README).
 EXIT_OK = 0
@@ -17,40 +18,66 @@ EXIT_CONFIG = 3
 EXIT_CONNECTIVITY = 4
 EXIT_BUDGET = 5
 
-#: code -> (exit code, HTTP status used by the gateway)
-CODES: dict[str, tuple[int, int]] = {
-    "invalid_query": (EXIT_USAGE, 400),
-    "invalid_argument": (EXIT_USAGE, 400),
-    "path_outside_workspace": (EXIT_USAGE, 400),
+#: Everything the code base decides from an error code, as the columns of one table, with no
+#: defaults (a new code must say each one, or the module does not import): `exit` the CLI's exit
+#: code (its class), `http` the gateway's status, `traits` among TRAITS, `health` the
+#: /retrieval/health reason when the store or embedder fails with it (None: not such a failure;
+#: reported as store_unavailable should it ever reach the health check).
+#: (A namedtuple, not typing.NamedTuple: the thin CLI paths import this module and not `typing`.)
+Code = namedtuple("Code", "exit http traits health")
+
+
+#: transient — a Celery task retries it with backoff (the service may be back in a moment);
+#: fallback — a gateway failure after which the CLI may retry direct (never a 4xx: those are the caller's);
+#: caller — the gateway tells a remote caller as it is (anything else there becomes `retrieval_failed`).
+TRAITS = frozenset({"transient", "fallback", "caller"})
+#: The coarse health reasons: they name the failing part, never the collection or the exception.
+HEALTH_REASONS = frozenset({"collection_not_ready", "embedding_mismatch", "embedder_unavailable", "store_unavailable"})
+
+
+def _is(*traits: str) -> frozenset[str]:
+    return frozenset(traits)
+
+
+CODES: "dict[str, Code]" = {
+    "invalid_query": Code(EXIT_USAGE, 400, _is("caller"), None),
+    "invalid_argument": Code(EXIT_USAGE, 400, _is(), None),
+    "path_outside_workspace": Code(EXIT_USAGE, 400, _is(), None),
     # a setting (environment, .env or keyword) breaks its rule; HTTP 500: on a server it is the operator's
-    "invalid_setting": (EXIT_USAGE, 500),
-    "missing_credentials": (EXIT_CONFIG, 500),
-    "collection_missing": (EXIT_CONFIG, 500),
-    "embedding_dimension_mismatch": (EXIT_CONFIG, 500),
-    "embedding_model_mismatch": (EXIT_CONFIG, 500),
-    "schema_unsupported": (EXIT_CONFIG, 500),
-    "store_busy": (EXIT_CONFIG, 503),
-    "qdrant_unreachable": (EXIT_CONNECTIVITY, 500),
-    "unauthenticated": (EXIT_CONNECTIVITY, 401),
-    "forbidden": (EXIT_CONNECTIVITY, 403),
-    "embedding_provider_error": (EXIT_CONNECTIVITY, 500),
-    "quota_exhausted": (EXIT_CONNECTIVITY, 429),
-    "broker_unreachable": (EXIT_CONNECTIVITY, 503),
-    "worker_unavailable": (EXIT_CONNECTIVITY, 503),
+    "invalid_setting": Code(EXIT_USAGE, 500, _is(), None),
+    "missing_credentials": Code(EXIT_CONFIG, 500, _is(), "embedder_unavailable"),
+    "collection_missing": Code(EXIT_CONFIG, 500, _is(), "collection_not_ready"),
+    "embedding_dimension_mismatch": Code(EXIT_CONFIG, 500, _is(), "embedding_mismatch"),
+    "embedding_model_mismatch": Code(EXIT_CONFIG, 500, _is(), "embedding_mismatch"),
+    "schema_unsupported": Code(EXIT_CONFIG, 500, _is(), "collection_not_ready"),
+    "store_busy": Code(EXIT_CONFIG, 503, _is("transient"), "store_unavailable"),
+    "qdrant_unreachable": Code(EXIT_CONNECTIVITY, 500, _is("transient"), "store_unavailable"),
+    # as a store's or embedding provider's answer; the gateway's own 401 is answered before any of this
+    "unauthenticated": Code(EXIT_CONNECTIVITY, 401, _is(), "embedder_unavailable"),
+    "forbidden": Code(EXIT_CONNECTIVITY, 403, _is(), "store_unavailable"),
+    "embedding_provider_error": Code(EXIT_CONNECTIVITY, 500, _is("transient"), "embedder_unavailable"),
+    "quota_exhausted": Code(EXIT_CONNECTIVITY, 429, _is(), "embedder_unavailable"),
+    "broker_unreachable": Code(EXIT_CONNECTIVITY, 503, _is(), "store_unavailable"),
+    "worker_unavailable": Code(EXIT_CONNECTIVITY, 503, _is(), "store_unavailable"),
     # the local process that owns the embedded store stopped answering (owner/client.py)
-    "owner_unresponsive": (EXIT_CONNECTIVITY, 503),
-    "job_blocked": (EXIT_CONFIG, 503),
-    "retrieval_failed": (EXIT_CONNECTIVITY, 500),
-    "latency_budget_exceeded": (EXIT_BUDGET, 408),
-    "token_budget_exceeded": (EXIT_BUDGET, 413),
-    "task_timeout": (EXIT_BUDGET, 504),
-    "internal_error": (EXIT_INTERNAL, 500),
+    "owner_unresponsive": Code(EXIT_CONNECTIVITY, 503, _is(), "store_unavailable"),
+    "job_blocked": Code(EXIT_CONFIG, 503, _is(), "store_unavailable"),
+    "retrieval_failed": Code(EXIT_CONNECTIVITY, 500, _is("fallback"), "store_unavailable"),
+    "latency_budget_exceeded": Code(EXIT_BUDGET, 408, _is("fallback", "caller"), "store_unavailable"),
+    "token_budget_exceeded": Code(EXIT_BUDGET, 413, _is("caller"), "store_unavailable"),
+    "task_timeout": Code(EXIT_BUDGET, 504, _is(), "store_unavailable"),
+    "internal_error": Code(EXIT_INTERNAL, 500, _is("fallback"), "store_unavailable"),
     # HTTP-only: an unknown path or method on the gateway
-    "not_found": (EXIT_USAGE, 404),
-    "method_not_allowed": (EXIT_USAGE, 405),
+    "not_found": Code(EXIT_USAGE, 404, _is(), None),
+    "method_not_allowed": Code(EXIT_USAGE, 405, _is(), None),
     # HTTP-only: a connection did not deliver its whole request in time (gateway_http.py)
-    "request_timeout": (EXIT_CONNECTIVITY, 408),
+    "request_timeout": Code(EXIT_CONNECTIVITY, 408, _is("fallback"), None),
 }
+
+
+def codes_that(trait: str) -> frozenset[str]:
+    """Every code with `trait` (a column of CODES)."""
+    return frozenset(code for code, row in CODES.items() if trait in row.traits)
 
 
 class MoonmindError(Exception):

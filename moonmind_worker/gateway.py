@@ -40,7 +40,7 @@ from starlette.requests import ClientDisconnect
 from . import observe
 from .auth import TokenRegistry, authorize
 from .contracts import ContextPack, ErrorEnvelope, HealthStatus, RetrievalQuery, parse_query
-from .errors import MoonmindError, invalid_query, redact
+from .errors import CODES, MoonmindError, codes_that, invalid_query, redact
 from .settings import Settings, get_settings
 from .store import Store, open_replica
 
@@ -56,7 +56,7 @@ log = logging.getLogger("moonmind.gateway")
 #: Largest request body accepted (a query is at most a few KB; anything bigger is refused as invalid).
 MAX_BODY_BYTES = 64 * 1024
 #: Codes from the pipeline that reach the caller as they are; every other failure is retrieval_failed.
-CALLER_CODES = {"invalid_query", "latency_budget_exceeded", "token_budget_exceeded"}
+CALLER_CODES = codes_that("caller")  # a column of errors.CODES
 HEALTH_TTL_S = 1.0
 #: Retry-After (seconds) on a 503 from /retrieval/health while the collection does not exist yet.
 NOT_READY_RETRY_S = 10
@@ -437,17 +437,6 @@ def _add_docs(app: FastAPI) -> None:
         )
 
 
-#: Coarse health reasons: they name the failing part, never the collection or the exception.
-_HEALTH_REASONS = {
-    "collection_missing": "collection_not_ready",
-    "schema_unsupported": "collection_not_ready",
-    "embedding_dimension_mismatch": "embedding_mismatch",
-    "embedding_model_mismatch": "embedding_mismatch",
-    "missing_credentials": "embedder_unavailable",
-    "embedding_provider_error": "embedder_unavailable",
-    "quota_exhausted": "embedder_unavailable",
-    "unauthenticated": "embedder_unavailable",
-}
 
 
 def _health(settings: Settings, resources) -> tuple[str | None, MoonmindError | None]:
@@ -459,7 +448,7 @@ def _health(settings: Settings, resources) -> tuple[str | None, MoonmindError | 
         return None, None
     except MoonmindError as err:
         log.warning("health check failed: [%s] %s", err.code, err.message)
-        return _HEALTH_REASONS.get(err.code, "store_unavailable"), err
+        return CODES[err.code].health or "store_unavailable", err  # coarse: never the collection or the exception
     except Exception:  # noqa: BLE001
         log.exception("health check failed")
         return "internal_error", _internal()

@@ -19,14 +19,14 @@ import urllib.request
 
 from .budgets import Deadline, budget_tags, trim_to_tokens
 from .contracts import ContextPack, RetrievalQuery
-from .errors import CODES, MoonmindError, redact
+from .errors import CODES, MoonmindError, codes_that, redact
 
 #: Timeout for a request without a latency budget.
 DEFAULT_TIMEOUT_S = 30.0
 #: Extra wait past the latency budget so the server's 408 (with its measured latency) can arrive.
 GRACE_S = 0.25
 #: Failures after which falling back to direct retrieval makes sense (the gateway, not the request, is the problem).
-FALLBACK_CODES = frozenset({"retrieval_failed", "latency_budget_exceeded", "internal_error", "request_timeout"})
+FALLBACK_CODES = codes_that("fallback")  # a column of errors.CODES
 
 
 def context_url(base: str) -> str:

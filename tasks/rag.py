@@ -26,12 +26,12 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from moonmind_worker import queue_client
-from moonmind_worker.errors import MoonmindError
+from moonmind_worker.errors import MoonmindError, codes_that
 
 from .celeryapp import app
 
-#: Error codes worth a task-level retry (the service may be back in a moment).
-TRANSIENT_CODES = frozenset({"qdrant_unreachable", "store_busy", "embedding_provider_error"})
+#: Error codes worth a task-level retry (the service may be back in a moment): a column of errors.CODES.
+TRANSIENT_CODES = codes_that("transient")
 
 WRITE_OPTIONS: dict[str, Any] = {
     "acks_late": True,
