@@ -88,7 +88,7 @@ def load_token_file(path: Path) -> TokenFile:
         raise MoonmindError(
             "invalid_argument",
             f"Gateway token file {path} is invalid at {where}: {first['msg']}.",
-            "Fix the file (see README: RetrievalGateway token file) and send SIGHUP or save it again.",
+            "Fix the file (see docs/gateway.md, 'Token file') and send SIGHUP or save it again.",
         ) from None
 
 

@@ -175,7 +175,7 @@ class ContextPack(BaseModel):
     transport: Literal["direct", "gateway"] = "direct"
     retrieved_at: str
     telemetry_id: str
-    # extensions beyond spec 04 (additive, documented in the README)
+    # extensions beyond spec 04 (additive, documented in docs/operations.md, "Contracts")
     query: str = ""
     top_k: int = 0
     score_threshold: float = 0.0

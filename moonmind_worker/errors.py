@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
-#: Exit code per class of failure (documented in the README).
+#: Exit code per class of failure (documented in docs/cli.md).
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USAGE = 2

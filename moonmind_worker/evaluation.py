@@ -146,7 +146,7 @@ def load_queries(path: str | Path) -> list[EvalQuery]:
         raise MoonmindError("invalid_argument", f"Query file {path} was not read: {exc}.", "Pass a JSON query file.") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MoonmindError(
-            "invalid_argument", f"Query file {path} is not readable JSON: {exc}.", "Fix the file (see README, `rag eval`)."
+            "invalid_argument", f"Query file {path} is not readable JSON: {exc}.", "Fix the file (see docs/retrieval.md, `rag eval`)."
         ) from None
     raw = data.get("queries") if isinstance(data, dict) else data
     if not isinstance(raw, list) or not raw:

@@ -1,6 +1,6 @@
 """Queue events: small JSON messages the control plane consumes, sent with kombu on the Celery broker.
 
-Wire format (documented in the README, "Queue events"):
+Wire format (documented in docs/celery.md, "Queue events"):
 
 * exchange ``moonmind.events`` (type ``topic``, durable), routing key ``rag.<event>``
   — bind a queue with ``rag.#`` to receive them all, or e.g. ``rag.doctor_failed`` for one;
@@ -50,7 +50,7 @@ EVENTS = (
     "embedding_aborted",
     "overlay_upserted",
     "overlay_cleaned",
-    # observe.py (README "Observability")
+    # observe.py (docs/operations.md "Observability")
     "context_pack_created",
     "budget_exceeded",
     "overlay_swept",

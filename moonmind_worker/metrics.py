@@ -4,7 +4,7 @@ Configured by STATSD_HOST / STATSD_PORT / STATSD_PREFIX; with no host every call
 is a no-op. The host is resolved once per process (in a daemon thread, waited on
 for at most RESOLVE_WAIT_S), never per send, and the socket is non-blocking, so
 an unreachable or unresolvable host costs nothing measurable. Sends swallow
-every error. Metric names are fixed and low-cardinality (README "Metrics"):
+every error. Metric names are fixed and low-cardinality (docs/operations.md "Metrics"):
 identifiers such as job or run ids belong in queue events, never in a name.
 """
 

@@ -4,7 +4,7 @@ Each action is wrapped once, at its shared function (`pipeline.retrieve_context_
 the embedders, `indexer.index_repository`, the overlay helpers), so every entry
 point — CLI, Celery task, gateway — reports the same way without code of its own:
 
-* StatsD timers/counters (`metrics.py`; names and units in README "Metrics"),
+* StatsD timers/counters (`metrics.py`; names and units in docs/operations.md "Metrics"),
 * queue events (`events.publish`; each carries job_id, run_id, repo, tenant),
 * for a finished search: a breadcrumb line with the `context_pack_id` and sources,
   and the pack JSON cached under the run's artifacts directory ("Context used").

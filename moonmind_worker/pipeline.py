@@ -33,7 +33,7 @@ from .store import Match, MatchAny, SearchSpec, SparseVec, Store, Where
 CANDIDATE_POOL = 80
 
 #: Default threshold per embedding model, calibrated so relevant hits pass
-#: (see README "Scores"); models not listed use FALLBACK_THRESHOLD.
+#: (see docs/retrieval.md "Scores"); models not listed use FALLBACK_THRESHOLD.
 THRESHOLDS: dict[str, float] = {
     # measured: on shared/eval/fastapi.json the best relevant item of every query scores
     # >= 0.37 and 90% of relevant items in the top 10 score >= 0.245 (BENCHMARKS.md)

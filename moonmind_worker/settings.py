@@ -211,7 +211,7 @@ DEFAULT_TENANT = "default"
 
 
 class Settings:
-    """Every setting, with its env alias(es) and rule (see the README's configuration tables)."""
+    """Every setting, with its env alias(es) and rule (docs/configuration.md lists them all; a test keeps it in step)."""
 
     #: name -> Field (aliases, default, rule); filled in after the class body.
     model_fields: ClassVar[dict[str, Field]]

@@ -15,7 +15,7 @@ Delivery semantics:
   a worker killed mid-write leaves the message to be redelivered, and point ids are
   deterministic, so finishing it twice writes the same points once;
   transient failures (store unreachable or busy) retry with exponential backoff;
-* soft/hard time limits per task (enforced by the prefork pool; documented in the README).
+* soft/hard time limits per task (enforced by the prefork pool; documented in docs/celery.md).
 """
 
 from __future__ import annotations

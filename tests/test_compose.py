@@ -134,7 +134,7 @@ def test_the_gateway_token_file_lives_in_its_volume_and_the_documented_one_liner
     tokens = Path(gw["environment"]["MOONMIND_GATEWAY_TOKENS_FILE"])
     assert any(v.split(":")[1] == str(tokens.parent) for v in gw["volumes"])
     lines = [line for line in COMPOSE.read_text().splitlines() if "add-token" in line and "docker compose" in line]
-    readme = (ROOT / "README.md").read_text()
+    readme = "\n".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
     assert lines and lines[0].lstrip("# ").strip() in readme
     argv = shlex.split(lines[0].lstrip("# "))
     run = argv[argv.index("run"):]

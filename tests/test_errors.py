@@ -9,7 +9,8 @@ import pytest
 
 from moonmind_worker.errors import CODES, EXIT_CONFIG, EXIT_CONNECTIVITY, HEALTH_REASONS, TRAITS, codes_that
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = "\n".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 
 
 @pytest.mark.parametrize("code", sorted(CODES))
@@ -41,8 +42,8 @@ def test_the_status_only_fallback_names_a_code_with_that_status():
 
 
 @pytest.mark.parametrize("code", sorted(CODES))
-def test_every_code_is_documented_in_the_readme(code):
-    assert re.search(rf"\b{code}\b", README), f"{code} is not in README.md"
+def test_every_code_is_documented(code):
+    assert re.search(rf"\b{code}\b", DOCS), f"{code} is not in README.md or docs/"
 
 
 def test_the_sets_the_rest_of_the_code_uses_are_the_tables_columns():

@@ -153,7 +153,7 @@ def refuse_widening(asked: dict[str, str], settings: Any) -> None:
     (a typo, or an agent told to by retrieved text) must not read another tenant's chunks or
     another run's uncommitted edits. The repository stays a default: a tenant's repositories
     are shared within it. This guards the CLI; a worker that runs untrusted code gets no direct
-    store access at all and uses the gateway with a scoped token (README, "Trust model").
+    store access at all and uses the gateway with a scoped token (docs/celery.md, "Trust model").
     """
     for key in JOB_CEILING:
         mine, theirs = getattr(settings, key), asked.get(key)
