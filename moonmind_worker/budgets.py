@@ -122,9 +122,3 @@ class Deadline:
     def check(self, stage: str) -> None:
         if self.expired():
             raise self.exceeded(stage)
-
-
-def usage_of(err: MoonmindError) -> "dict | None":
-    """The usage a budget error carries (echoed to callers), if any."""
-    u = err.details.get("usage")
-    return dict(u) if isinstance(u, dict) else None

@@ -171,11 +171,6 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
     yield from visit(root, "")
 
 
-def relative_path(root: Path, path: Path) -> str:
-    """Repo-relative POSIX path of `path`, which must be inside `root` after resolving links."""
-    return PurePosixPath(path.resolve().relative_to(root.resolve())).as_posix()
-
-
 def excluded_reason(root: Path, rel: str) -> str | None:
     """Why `walk(root)` would leave out the file `rel` (None when it would index it).
 

@@ -13,9 +13,6 @@ from __future__ import annotations
 import re
 import socket
 import threading
-import time
-from contextlib import contextmanager
-from typing import Iterator
 
 #: How long the first metric waits for the StatsD host name to resolve.
 RESOLVE_WAIT_S = 0.25
@@ -96,16 +93,6 @@ def incr(name: str, count: int = 1) -> None:
             c.incr(name, count)
         except Exception:  # noqa: BLE001 - metrics never raise
             pass
-
-
-@contextmanager
-def timer(name: str) -> Iterator[None]:
-    """Time a block in ms; the timing is sent whether or not the block raises."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        timing(name, (time.perf_counter() - started) * 1000)
 
 
 def reset() -> None:
