@@ -166,6 +166,40 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
+    # -- after an index run, and the atomic switch of `rag sync-embedding` --------------------
+    def optimize(self) -> None:
+        """Make what was written fast to search (the embedded engine builds its index; a server does it itself)."""
+        ...
+
+    def alias_target(self) -> str | None:
+        """The physical collection this name points at, or None when it holds its data itself."""
+        ...
+
+    def sibling(self, name: str) -> "Store":
+        """Another collection beside this one (a sync target), reached the same way."""
+        ...
+
+    def release(self) -> None:
+        """Let other processes use the store while this one works on a sibling (no-op where nothing is held)."""
+        ...
+
+    def switch_alias(self, target: str, wait_s: float = 30.0) -> str | None:
+        """Point this name at `target` atomically; the old physical name, or None."""
+        ...
+
+    def drop_physical(self, name: str | None) -> None:
+        """Delete data no name points at any more."""
+        ...
+
+
+class EmbeddedStore(Store, Protocol):
+    """What only the in-process engine has: one owning process, which may hold it for good."""
+
+    def hold(self) -> Path: ...
+
+    @property
+    def holding(self) -> bool: ...
+
 
 def open_store(settings: Settings, collection: str | None = None) -> Store:
     """The configured store: Qdrant Edge when QDRANT_URL is unset, qdrant-client otherwise."""
@@ -748,10 +782,18 @@ def _missing(collection: str) -> MoonmindError:
 class QdrantClientStore:
     """A Qdrant server or cluster (QDRANT_URL=http(s)://…), or qdrant-client's local mode (`:memory:` or a path)."""
 
-    def __init__(self, settings: Settings, collection: str) -> None:
+    def __init__(self, settings: Settings, collection: str, *, share: "QdrantClientStore | None" = None) -> None:
+        """`share`: another store whose client this one uses (a sync target: local mode allows one client per path)."""
         from qdrant_client import QdrantClient
 
         self.collection = collection
+        self._settings = settings
+        if share is not None:
+            self._client, self.local, self.location = share._client, share.local, share.location
+            self._has_key, self._local_lock = share._has_key, share._local_lock
+            self._physical = True  # created as itself, never behind an alias
+            self._shared = True  # close() leaves the shared client open
+            return
         url = settings.qdrant_url or ":memory:"
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         self.local = not url.startswith(("http://", "https://"))
@@ -824,23 +866,22 @@ class QdrantClientStore:
         """A physical collection behind an alias named `collection`, so sync-embedding can switch atomically."""
         from qdrant_client import models as m
 
+        # every call through _call: retried when transient, a 401/403 explained like every other operation
         physical = self.collection if self._physical else (self.alias_target() or f"{self.collection}__v1")
-        if self._client.collection_exists(physical):
-            self._client.delete_collection(physical)
-        if physical != self.collection and self._client.collection_exists(self.collection):
-            self._client.delete_collection(self.collection)  # a plain collection from an older version
-        self._client.create_collection(
+        if self._call(lambda: self._client.collection_exists(physical), "Qdrant"):
+            self._call(lambda: self._client.delete_collection(physical), "Qdrant delete collection")
+        if physical != self.collection and self._call(lambda: self._client.collection_exists(self.collection), "Qdrant"):
+            # a plain collection from an older version
+            self._call(lambda: self._client.delete_collection(self.collection), "Qdrant delete collection")
+        self._call(lambda: self._client.create_collection(
             physical,
             vectors_config={DENSE: m.VectorParams(size=dimensions, distance=m.Distance.COSINE)},
             sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
             metadata={"dimensions": dimensions, "model": model, "schema_version": schema_version},
-        )
+        ), "Qdrant create collection")
         if physical != self.collection and self.alias_target() != physical:
-            self._client.update_collection_aliases(
-                change_aliases_operations=[
-                    m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=physical, alias_name=self.collection))
-                ]
-            )
+            alias = m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=physical, alias_name=self.collection))
+            self._call(lambda: self._client.update_collection_aliases(change_aliases_operations=[alias]), "Qdrant alias")
         if self.local:
             return  # local mode has no payload indexes (it only warns); a server gets them all
         for name, kind in PAYLOAD_INDEXES:
@@ -849,7 +890,8 @@ class QdrantClientStore:
                 "keyword": m.PayloadSchemaType.KEYWORD,
                 "float": m.PayloadSchemaType.FLOAT,
             }[kind]
-            self._client.create_payload_index(physical, name, field_schema=schema)
+            self._call(lambda n=name, f=schema: self._client.create_payload_index(physical, n, field_schema=f),
+                       "Qdrant payload index")
 
     def set_metadata(self, **meta: Any) -> None:
         name = self.alias_target() or self.collection
@@ -863,25 +905,26 @@ class QdrantClientStore:
 
     def sibling(self, name: str) -> "QdrantClientStore":
         """A physical collection on the same client (local mode allows one client per path)."""
-        other = object.__new__(QdrantClientStore)
-        other.__dict__.update(self.__dict__)
-        other.collection, other._physical, other._shared = name, True, True
-        return other
+        return QdrantClientStore(self._settings, name, share=self)
 
     def release(self) -> None:
         """A server serves other clients meanwhile; nothing to release."""
 
     def switch_alias(self, target: str, wait_s: float = 30.0) -> str | None:
-        """Re-point the alias at `target` in one atomic alias update; the old physical name, or None."""
+        """Re-point the alias at `target` in one atomic alias update; the old physical name, or None.
+
+        `wait_s` is the embedded store's wait for its lock; a server orders alias updates itself,
+        so there is nothing to wait for here (the call is retried like every other).
+        """
         from qdrant_client import models as m
 
         old = self.alias_target()
         ops = []
         if old is not None:
             ops.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=self.collection)))
-        elif self._client.collection_exists(self.collection):
+        elif self._call(lambda: self._client.collection_exists(self.collection), "Qdrant"):
             # a plain collection from an older version: the name must be freed before it can become an alias
-            self._client.delete_collection(self.collection)
+            self._call(lambda: self._client.delete_collection(self.collection), "Qdrant delete collection")
         ops.append(m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=target, alias_name=self.collection)))
         self._call(lambda: self._client.update_collection_aliases(change_aliases_operations=ops), "Qdrant alias switch")
         return old

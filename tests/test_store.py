@@ -308,3 +308,20 @@ def test_a_search_waits_for_a_short_hold_of_the_embedded_store(cli, indexed, hom
     finally:
         release.join()
     assert r.code == 0 and r.json()["items"], r.stderr
+
+
+def test_both_stores_implement_every_operation_the_store_protocol_declares():
+    import inspect
+
+    from moonmind_worker.store import EdgeStore, EmbeddedStore, QdrantClientStore, Store
+
+    declared = {n for n, v in vars(Store).items() if not n.startswith("_") and callable(v)}
+    assert {"optimize", "alias_target", "sibling", "release", "switch_alias", "drop_physical"} <= declared
+    for cls in (EdgeStore, QdrantClientStore):
+        for name in declared:
+            impl = getattr(cls, name, None)
+            assert callable(impl), f"{cls.__name__} lacks {name}"
+            want = list(inspect.signature(getattr(Store, name)).parameters)
+            assert list(inspect.signature(impl).parameters)[: len(want)] == want, f"{cls.__name__}.{name}"
+    assert callable(EdgeStore.hold) and isinstance(inspect.getattr_static(EdgeStore, "holding"), property)
+    assert {"hold", "holding"} <= set(vars(EmbeddedStore))
