@@ -1,5 +1,6 @@
 """The job lifecycle hook: sets job.capabilities.rag, runs doctor checks, emits queue events.
 
-`bootstrap.hook` is the logic (used by `moonmind job start|finish`); `bootstrap.celery_signals`
-connects it to a Celery job task's start and end.
+An alias package kept for the design card's layout: the logic is `moonmind_worker.job_hook`
+(used by `moonmind job start|finish`), its Celery signal handlers `moonmind_worker.celery.job_signals`;
+`bootstrap.hook` and `bootstrap.celery_signals` are those very modules.
 """

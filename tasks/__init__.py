@@ -1,12 +1,10 @@
-"""The Celery application: `celery -A tasks worker` (and `celery -A tasks beat`, or `-B` on one box).
+"""`celery -A tasks worker`: the design card's entry point, an alias of `moonmind_worker.celery`.
 
-`tasks.app` is configured from moonmind_worker's settings; importing this package
-registers the RAG tasks (stable names in `moonmind_worker.queue_client`).
+`tasks.app` is `moonmind_worker.celery.app`; `tasks.celeryapp` and `tasks.rag` are the very
+module objects `moonmind_worker.celery.worker` and `.tasks` (not copies), so the app, its
+configuration and its signal handlers exist once however they are imported.
 """
 
-import bootstrap.celery_signals  # noqa: F401 - the job hook (task_prerun/postrun)
-
-from . import rag  # noqa: F401 - registers the tasks
-from .celeryapp import app
+from moonmind_worker.celery import app
 
 __all__ = ["app"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 
 import pytest
@@ -122,3 +123,25 @@ def test_many_processes_are_allowed_on_a_qdrant_server(env, monkeypatch):
     get_settings.cache_clear()
     assert embedded_store_refusal("prefork", 4, get_settings()) is None
     assert BROKER.endswith("/4")
+
+
+def test_the_library_never_imports_the_top_level_entry_packages(tmp_path):
+    """No import cycle: `tasks` and `bootstrap` import the library, never the other way round."""
+    code = (
+        "import pkgutil, importlib, sys, moonmind_worker\n"
+        "for m in pkgutil.walk_packages(moonmind_worker.__path__, 'moonmind_worker.'):\n"
+        "    if m.name != 'moonmind_worker.__main__':\n"
+        "        importlib.import_module(m.name)\n"
+        "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('tasks', 'bootstrap'))\n"
+        "assert not bad, bad\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_users_own_tasks_module_cannot_shadow_the_canonical_app(tmp_path):
+    (tmp_path / "tasks.py").write_text("raise SystemExit('the user tasks.py was imported')\n")
+    code = "import moonmind_worker.celery as c; print(sorted(t for t in c.app.tasks if t.startswith('moonmind.rag.')))"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "moonmind.rag.search" in r.stdout and "moonmind.rag.index" in r.stdout

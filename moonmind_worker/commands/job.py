@@ -50,7 +50,7 @@ def write_manifest(path: str, manifest: dict) -> None:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from bootstrap.hook import BANNER, job_of, start_job
+    from ..job_hook import BANNER, job_of, start_job
 
     from ..cli import note
     from ..settings import get_settings
@@ -82,7 +82,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_finish(args: argparse.Namespace) -> int:
-    from bootstrap.hook import finish_job, job_of
+    from ..job_hook import finish_job, job_of
 
     from ..cli import note
     from ..settings import get_settings

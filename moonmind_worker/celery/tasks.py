@@ -1,0 +1,155 @@
+"""The RAG tasks: thin adapters over the same operations the CLI runs (`moonmind_worker.owner.ops`).
+
+Arguments and results are the pydantic contracts as JSON, validated on both sides of the
+task: arguments on receipt (with the same function the sync CLI uses, e.g.
+`contracts.parse_query`), results by being produced from the contract models. The CLI's
+queue mode sends the request fields unvalidated and prints the result without
+re-validating it (it imports no pydantic; see `moonmind_worker.commands.rag`), so this is
+where validation happens — once. A task that fails raises `RagTaskError(code, message,
+action)` — JSON-safe, so any client gets the same error envelope the sync CLI prints.
+
+Delivery semantics:
+* search — acknowledged on receipt, no task-level retry: a retried search would arrive
+  after its caller's latency budget; the store client already retries transient errors;
+* writes (index, overlay upsert/clean, sweep) — ``acks_late`` + ``reject_on_worker_lost``:
+  a worker killed mid-write leaves the message to be redelivered, and point ids are
+  deterministic, so finishing it twice writes the same points once;
+  transient failures (store unreachable or busy) retry with exponential backoff;
+* soft/hard time limits per task (enforced by the prefork pool; documented in docs/celery.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import ValidationError
+
+from moonmind_worker import queue_client
+from moonmind_worker.errors import MoonmindError, codes_that
+
+from .worker import app
+
+#: Error codes worth a task-level retry (the service may be back in a moment): a column of errors.CODES.
+TRANSIENT_CODES = codes_that("transient")
+
+WRITE_OPTIONS: dict[str, Any] = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "max_retries": 4,
+    "default_retry_delay": 2,
+}
+
+
+class RagTaskError(Exception):
+    """A task failure with the MoonmindError triple as its args (so JSON results carry it intact)."""
+
+    def __init__(self, code: str, message: str, action: str) -> None:
+        super().__init__(code, message, action)
+        self.code, self.message, self.action = code, message, action
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+def _fail(err: MoonmindError) -> RagTaskError:
+    return RagTaskError(err.code, err.message, err.action)
+
+
+def _validate(model, data: Any, what: str):
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RagTaskError("invalid_argument", f"Invalid {what}: {exc.errors()[0]['msg']}.", "Fix the task arguments.") from None
+
+
+def _execute(op: str, args: dict) -> Any:
+    """Run `op` where the store is: here when this worker owns it, else on the box's owner (owner/ops.py).
+
+    Why not always here: a worker started beside another owner (`moonmind serve`, the gateway)
+    cannot open the embedded store; its tasks are then served by that owner instead of failing.
+    """
+    from moonmind_worker.owner.client import execute
+    from moonmind_worker.settings import get_settings
+
+    return execute(get_settings(), op, args)
+
+
+def _retry_or_fail(task, err: MoonmindError):
+    """Retry transient failures with exponential backoff (2, 4, 8, 16 s); fail the rest at once."""
+    if err.code in TRANSIENT_CODES and task.request.retries < task.max_retries:
+        raise task.retry(countdown=2 ** (task.request.retries + 1), exc=_fail(err))
+    raise _fail(err)
+
+
+@app.task(name=queue_client.SEARCH, bind=True, soft_time_limit=30, time_limit=40)
+def search(self, query: dict) -> dict:
+    """RetrievalQuery JSON → ContextPack JSON, through `pipeline.retrieve_context_pack`."""
+    try:
+        return _execute("search", {"query": query})  # validated by `contracts.parse_query` where it runs
+    except MoonmindError as err:
+        raise _fail(err) from None
+    except SoftTimeLimitExceeded:
+        raise RagTaskError("task_timeout", "The search hit the worker's time limit (30 s).", "Narrow the query or check the store.") from None
+
+
+@app.task(name=queue_client.INDEX, bind=True, soft_time_limit=3600, time_limit=3660, **WRITE_OPTIONS)
+def index(self, request: dict) -> dict:
+    """IndexRequest JSON → IndexReport JSON, through `indexer.index_repository` (incremental, idempotent)."""
+    from pathlib import Path
+
+    from moonmind_worker.contracts import IndexRequest
+
+    req = _validate(IndexRequest, request, "index request")
+    if not Path(req.path).is_dir():
+        raise RagTaskError("invalid_argument", f"{req.path} is not a directory on the worker.", "Pass a path the worker can read (a shared workspace).")
+    try:
+        return _execute("index", {"path": req.path, "repo": req.repo, "tenant": req.tenant})
+    except MoonmindError as err:
+        _retry_or_fail(self, err)
+    except SoftTimeLimitExceeded:
+        raise RagTaskError("task_timeout", "Indexing hit the worker's time limit (1 h); progress is kept.", "Re-run: unchanged files are skipped.") from None
+
+
+@app.task(name=queue_client.OVERLAY_UPSERT, bind=True, soft_time_limit=300, time_limit=330, **WRITE_OPTIONS)
+def overlay_upsert(self, request: dict) -> dict:
+    """OverlayUpsertRequest JSON → OverlayReport JSON, through `overlay.upsert_overlay` (deterministic ids)."""
+    from moonmind_worker.contracts import OverlayReport, OverlayUpsertRequest
+
+    req = _validate(OverlayUpsertRequest, request, "overlay upsert request")
+    try:
+        report = _execute("overlay_upsert", req.model_dump(mode="json"))
+    except MoonmindError as err:
+        _retry_or_fail(self, err)
+    except SoftTimeLimitExceeded:
+        raise RagTaskError("task_timeout", "The overlay upsert hit the worker's time limit (5 min).", "Upsert fewer files per call.") from None
+    return OverlayReport(**report).model_dump(mode="json")
+
+
+@app.task(name=queue_client.OVERLAY_CLEAN, bind=True, soft_time_limit=120, time_limit=150, **WRITE_OPTIONS)
+def overlay_clean(self, request: dict) -> dict:
+    """OverlayCleanRequest JSON → OverlayCleanResult JSON, through `overlay.clean_overlay` (a filter delete: idempotent)."""
+    return _clean(self, request)
+
+
+@app.task(name=queue_client.SWEEP, bind=True, soft_time_limit=120, time_limit=150, **WRITE_OPTIONS)
+def sweep_expired_overlays(self) -> dict:
+    """The beat job: remove every expired overlay point (never a live one), and cached packs past retention."""
+    from moonmind_worker.contracts import SweepResult
+    from moonmind_worker.observe import prune_artifacts
+    from moonmind_worker.settings import get_settings
+
+    removed = _clean(self, {"run_id": None, "expired": True})
+    return SweepResult(**removed, artifacts_pruned=prune_artifacts(get_settings())).model_dump(mode="json")
+
+
+def _clean(task, request: dict) -> dict:
+    from moonmind_worker.contracts import OverlayCleanRequest, OverlayCleanResult
+
+    req = _validate(OverlayCleanRequest, request, "overlay clean request")
+    try:
+        result = _execute("overlay_clean", {"run_id": req.run_id, "expired": req.expired})
+    except MoonmindError as err:
+        _retry_or_fail(task, err)
+    return OverlayCleanResult(**result).model_dump(mode="json")
+
