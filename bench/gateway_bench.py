@@ -48,7 +48,8 @@ def make_repo(root: Path, files: int, seed: int = 7) -> None:
                 f"    {rng.choice(WORDS)}_{j} = {rng.choice(WORDS)}({rng.choice(WORDS)}, {rng.randint(0, 99)})"
                 for j in range(rng.randint(6, 14))
             )
-            parts.append(f"def {name}_{i}(request, settings):\n    \"\"\"{' '.join(rng.choices(WORDS, k=10))}.\"\"\"\n{body}\n    return {rng.choice(WORDS)}\n\n\n")
+            doc = " ".join(rng.choices(WORDS, k=10))
+            parts.append(f'def {name}_{i}(request, settings):\n    """{doc}."""\n{body}\n    return {rng.choice(WORDS)}\n\n\n')
         (pkg / f"mod{f:05d}.py").write_text("".join(parts))
 
 
@@ -114,7 +115,8 @@ def main() -> int:
         t = time.monotonic()
         subprocess.run([moonmind(), "rag", "index", str(repo), "--repo", "bench", "--tenant", "acme"], env=env, check=True)
         print(f"indexed in {time.monotonic() - t:.1f} s", file=sys.stderr)
-    stats = subprocess.run([moonmind(), "rag", "stats", "--repo", "bench", "--tenant", "acme", "--json"], env=env, capture_output=True, text=True)
+    stats = subprocess.run([moonmind(), "rag", "stats", "--repo", "bench", "--tenant", "acme", "--json"],
+                           env=env, capture_output=True, text=True)
     load_before = os.getloadavg()
     tokens_file = home / "gateway-tokens.json"
     tokens_file.unlink(missing_ok=True)
@@ -154,7 +156,8 @@ def main() -> int:
         chunks = sum(f["chunks"] for f in json.loads(stats.stdout)["files"]) if stats.returncode == 0 else None
     except ValueError:
         pass
-    print(json.dumps({"chunks": chunks, "workers": args.workers, "loadavg_before": load_before, "levels": results, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    print(json.dumps({"chunks": chunks, "workers": args.workers, "loadavg_before": load_before, "levels": results,
+                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                       "loadavg_after": os.getloadavg()}, indent=2))
     return 0
 

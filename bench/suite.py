@@ -236,7 +236,9 @@ class Suite:
             for name, fn in (("bm25", bm25_files), ("ours", ours_files)):
                 rep = run_eval(queries, lambda q, fn=fn: fn(q.query), k=10, top_k=10)
                 quality[name] = rep
-        for name, label in (("ours", "moonmind (dense + BM25 sparse, fused)"), ("bm25", f"BM25 alone (bm25s, index built in {fmt(build_ms)} ms)")):
+        labels = (("ours", "moonmind (dense + BM25 sparse, fused)"),
+                  ("bm25", f"BM25 alone (bm25s, index built in {fmt(build_ms)} ms)"))
+        for name, label in labels:
             rep = quality.get(name)
             q = f"{rep.ndcg:.3f} | {rep.hit_at_3:.2f} | {rep.mrr:.3f}" if rep else "n/a (quick) | n/a | n/a"
             rows.append(f"| {label} | {fmt(percentile(lat[name], 50))} ms | {fmt(percentile(lat[name], 95))} ms | {q} |")
@@ -497,7 +499,8 @@ class Suite:
     def bench_growth(self) -> None:
         sizes = [1_000] if self.quick else [10_000, 100_000, 1_000_000]
         budget = 60 if self.quick else float(os.environ.get("MOONMIND_BENCH_GROWTH_BUDGET_S", "420"))
-        rows = ["| chunks requested | written | write rate | optimize (HNSW build) | dense search p50 / p95 / p99 | dense+sparse batch p50 / p95 / p99 | peak RSS |",
+        rows = ["| chunks requested | written | write rate | optimize (HNSW build) | dense search p50 / p95 / p99 "
+                "| dense+sparse batch p50 / p95 / p99 | peak RSS |",
                 "|---|---|---|---|---|---|---|"]
         for n in sizes:
             # the indexer optimizes after every run; an HNSW build over 1M random vectors outlasts the bench
@@ -512,9 +515,10 @@ class Suite:
         rows = ["| chunks | Qdrant Edge batch p50 / p99 | qdrant-client local mode batch p50 / p99 | Edge RSS | local RSS |",
                 "|---|---|---|---|---|"]
         for n in ([300] if self.quick else [1_000, 3_000]):  # local mode is brute force: bounded
-            e, l = self.growth("edge", n, budget), self.growth("local", n, budget)
+            e, loc = self.growth("edge", n, budget), self.growth("local", n, budget)
             rows.append(f"| {n:,} | {fmt(e['batch_ms'][0])} / {fmt(e['batch_ms'][2])} ms | "
-                        f"{fmt(l['batch_ms'][0])} / {fmt(l['batch_ms'][2])} ms | {fmt(e['maxrss_mib'])} MiB | {fmt(l['maxrss_mib'])} MiB |")
+                        f"{fmt(loc['batch_ms'][0])} / {fmt(loc['batch_ms'][2])} ms | {fmt(e['maxrss_mib'])} MiB | "
+                        f"{fmt(loc['maxrss_mib'])} MiB |")
         self.tables["Baseline: Qdrant Edge vs qdrant-client local mode (latency vs index size, synthetic vectors)"] = rows
 
     # -- report -----------------------------------------------------------------
@@ -621,7 +625,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="repeats per figure (default 3, quick 2)")
     ap.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"), help="markdown file to update")
     ap.add_argument("--json", default=None, help="also write the raw figures as JSON here")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["index", "inprocess", "sweep", "sync", "owner", "queue", "gateway", "growth", "languages"])
+    ap.add_argument("--skip", nargs="*", default=[],
+                    choices=["index", "inprocess", "sweep", "sync", "owner", "queue", "gateway", "growth", "languages"])
     args = ap.parse_args(argv)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="moonmind-bench-") as tmp:

@@ -1,4 +1,7 @@
-"""Alias of `moonmind_worker.celery.job_signals` (the job hook's Celery signal handlers): importing this module gives that very module object."""
+"""Alias of `moonmind_worker.celery.job_signals` (the job hook's Celery signal handlers).
+
+Importing this module gives that very module object.
+"""
 
 import sys
 

@@ -286,9 +286,13 @@ def _action_for(exc, fields: str = "flags") -> str:
         return 'Pass a non-empty --query "what you are looking for".' if flags else 'Send a non-empty "query" string.'
     if "filters" in locs:
         keys = ", ".join(FILTER_KEYS)
-        return f"Use --filters key=value with keys among: {keys}." if flags else f'Send "filters" as an object of strings with keys among: {keys}.'
+        if flags:
+            return f"Use --filters key=value with keys among: {keys}."
+        return f'Send "filters" as an object of strings with keys among: {keys}.'
     if "top_k" in locs:
-        return f"Pass --top-k between {TOP_K_MIN} and {TOP_K_MAX}." if flags else f'Send "top_k" as an integer between {TOP_K_MIN} and {TOP_K_MAX}.'
+        if flags:
+            return f"Pass --top-k between {TOP_K_MIN} and {TOP_K_MAX}."
+        return f'Send "top_k" as an integer between {TOP_K_MIN} and {TOP_K_MAX}.'
     return "Fix the request fields named above and retry."
 
 

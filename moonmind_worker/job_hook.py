@@ -39,7 +39,8 @@ def job_of(manifest: dict[str, Any]) -> dict[str, Any]:
     """The job object: ``manifest["job"]`` when present, else the manifest itself."""
     job = manifest.get("job") if isinstance(manifest.get("job"), dict) else manifest
     if not isinstance(job, dict):
-        raise MoonmindError("invalid_argument", "The job manifest is not a JSON object.", "Pass a manifest like {\"job_id\": …, \"run_id\": …}.")
+        raise MoonmindError("invalid_argument", "The job manifest is not a JSON object.",
+                            "Pass a manifest like {\"job_id\": …, \"run_id\": …}.")
     return job
 
 

@@ -451,8 +451,8 @@ class EdgeStore:
             q = _edge_query(s.dense, s.sparse)
             main, extra = len(requests), {}
             requests.append(QueryRequest(limit=s.limit, query=q, filter=flt, with_payload=False, with_vector=False))
-            for field, dense, sparse in _rescorings(s):  # the same candidates, rescored by the other query
-                extra[field] = len(requests)
+            for score_field, dense, sparse in _rescorings(s):  # the same candidates, rescored by the other query
+                extra[score_field] = len(requests)
                 requests.append(QueryRequest(
                     limit=s.limit, prefetches=[Prefetch(limit=s.limit, query=q, filter=flt)],
                     query=_edge_query(dense, sparse), with_payload=False, with_vector=False,
@@ -989,8 +989,8 @@ class QdrantClientStore:
                     with_payload=list(s.fields) if s.fields is not None else True, with_vector=False,
                 )
             )
-            for field, dense, sparse in _rescorings(s):  # the same candidates, rescored (see SearchSpec)
-                rescored[field] = len(requests)
+            for score_field, dense, sparse in _rescorings(s):  # the same candidates, rescored (see SearchSpec)
+                rescored[score_field] = len(requests)
                 other, other_using = _client_query(dense, sparse)
                 requests.append(
                     m.QueryRequest(

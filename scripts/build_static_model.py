@@ -50,7 +50,9 @@ def main(out: str) -> None:
     if weights is not None:
         save_file({"weights": np.asarray(weights, dtype=np.float32)}, str(out_dir / "weights.safetensors"))
     (out_dir / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
-    shutil.copy(Path(__file__).resolve().parent.parent / "NOTICE", out_dir / "NOTICE") if (Path(__file__).resolve().parent.parent / "NOTICE").exists() else None
+    notice = Path(__file__).resolve().parent.parent / "NOTICE"
+    if notice.exists():
+        shutil.copy(notice, out_dir / "NOTICE")
     print(json.dumps(meta, indent=2))
 
 

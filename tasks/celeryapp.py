@@ -1,4 +1,7 @@
-"""Alias of `moonmind_worker.celery.worker` (the Celery app and its worker lifecycle): importing this module gives that very module object."""
+"""Alias of `moonmind_worker.celery.worker` (the Celery app and its worker lifecycle).
+
+Importing this module gives that very module object.
+"""
 
 import sys
 

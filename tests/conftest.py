@@ -28,7 +28,8 @@ _SCRUB = (
     "MOONMIND_JOB_ID", "MOONMIND_REPO", "MOONMIND_TENANT", "MOONMIND_RETRIEVAL_URL", "MOONMIND_RETRIEVAL_TOKEN",
     "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "MOONMIND_EVENTS_URL", "MOONMIND_EVENTS_TIMEOUT_S",
     "MOONMIND_SEARCH_QUEUE", "MOONMIND_INDEX_QUEUE", "MOONMIND_QUEUE_TIMEOUT_S", "MOONMIND_JOB_TASKS",
-    "MOONMIND_BROKER_VISIBILITY_TIMEOUT_S", "MOONMIND_OVERLAY_SWEEP_INTERVAL_S", "STATSD_HOST", "STATSD_PORT", "MOONMIND_RAG_EXECUTION", "MOONMIND_ARTIFACTS_DIR",
+    "MOONMIND_BROKER_VISIBILITY_TIMEOUT_S", "MOONMIND_OVERLAY_SWEEP_INTERVAL_S", "STATSD_HOST", "STATSD_PORT",
+    "MOONMIND_RAG_EXECUTION", "MOONMIND_ARTIFACTS_DIR",
 )
 
 FIXTURE_FILES = {
@@ -173,3 +174,33 @@ def indexed(cli, repo: Path):
     r = cli("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme")
     assert r.code == 0, r.stderr
     return repo
+
+# ----------------------------------------------------------------- prebuilt ---
+# The fixture repository indexed once per session, copied into each test's MOONMIND_HOME.
+# Why: indexing through the CLI costs a process start per test; the guardrail, doctor,
+# secrets and sync tests only need an already-indexed collection, which a copy of the
+# embedded store's directory gives in milliseconds.
+
+
+@pytest.fixture(scope="session")
+def _index_template(tmp_path_factory) -> Path:
+    from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.indexer import index_repository
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.store import EdgeStore
+
+    root = tmp_path_factory.mktemp("prebuilt")
+    repo = write_tree(root / "repo", FIXTURE_FILES)
+    settings = Settings(moonmind_home=root / "home", qdrant_url=None, collection="moonmind__repo")
+    store = EdgeStore(settings.data_dir, settings.collection)
+    index_repository(repo, repo="demo", tenant="acme", settings=settings, embedder=StaticEmbedder(), store=store)
+    store.close()
+    return root
+
+
+@pytest.fixture
+def prebuilt(env, home: Path, tmp_path: Path, _index_template: Path) -> Path:
+    """Like conftest's `indexed` (repo=demo, tenant=acme), without running the CLI; returns the repo root."""
+    shutil.copytree(_index_template / "home" / "qdrant-edge", home / "qdrant-edge")
+    (home / "qdrant-edge" / "moonmind__repo" / "owner.lock").unlink(missing_ok=True)
+    return shutil.copytree(_index_template / "repo", tmp_path / "repo")

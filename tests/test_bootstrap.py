@@ -74,7 +74,8 @@ def test_direct_capability_prints_the_banner_and_fills_the_manifest(indexed, cli
     rag = m["rag"]
     assert rag["available"] and rag["prompt_snippet"] == SNIPPET and rag["banner"] == BANNER
     assert rag["doctor"]["ok"] is True and any(c["name"] == "query" and c["ok"] for c in rag["doctor"]["checks"])
-    assert rag["environment"] == {"MOONMIND_JOB_ID": m["job_id"], "MOONMIND_RUN_ID": "run-42", "MOONMIND_REPO": "demo", "MOONMIND_TENANT": "acme"}
+    assert rag["environment"] == {"MOONMIND_JOB_ID": m["job_id"], "MOONMIND_RUN_ID": "run-42", "MOONMIND_REPO": "demo",
+                                  "MOONMIND_TENANT": "acme"}
     assert f"export MOONMIND_JOB_ID={m['job_id']}\n" in (tmp_path / "job.env").read_text()
     event = bus("rag_capability_resolved")["rag_capability_resolved"]
     assert event["capability"] == "direct-qdrant"

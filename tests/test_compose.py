@@ -65,7 +65,8 @@ def test_the_worker_consumes_both_queues_and_may_use_many_processes_on_the_qdran
 
     svc = compose["services"]["worker"]
     argv = _argv(svc["command"])
-    assert argv[argv.index("-Q") + 1].split(",") == [svc["environment"]["MOONMIND_SEARCH_QUEUE"], svc["environment"]["MOONMIND_INDEX_QUEUE"]]
+    queues = [svc["environment"]["MOONMIND_SEARCH_QUEUE"], svc["environment"]["MOONMIND_INDEX_QUEUE"]]
+    assert argv[argv.index("-Q") + 1].split(",") == queues
     settings = Settings(**{k: v for k, v in svc["environment"].items()})
     assert not settings.embedded_store
     assert embedded_store_refusal(argv[argv.index("--pool") + 1], int(argv[argv.index("--concurrency") + 1]), settings) is None

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from http_servers import EmbeddingsServer, StatusServer, closed_port
-from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 
 @pytest.fixture

@@ -143,7 +143,8 @@ def test_gateway_transport_imports_no_qdrant_numpy_or_web_framework(world):
         "from moonmind_worker.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    rc = main(['rag', 'search', '--query', {QUERY!r}, '--no-fallback'])\n"
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'qdrant_client', 'qdrant_edge', 'fastapi', 'uvicorn', 'openai', 'httpx', 'celery'})\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules}\n"
+        "               & {'numpy', 'qdrant_client', 'qdrant_edge', 'fastapi', 'uvicorn', 'openai', 'httpx', 'celery'})\n"
         "print(rc, heavy)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=world.cli_env(), timeout=60)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import FIXTURE_FILES, write_tree
-from gateway_helpers import add_token, clean_env, copy_home, index_in_process, run_cli, start_gateway
+from gateway_helpers import add_token, clean_env, index_in_process, run_cli, start_gateway
 from http_servers import EmbeddingsServer
 
 SECRET = "sk-gateway-test-secret-0123456789"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from http_servers import EmbeddingsServer, StatusServer, closed_port
-from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 
 @pytest.fixture

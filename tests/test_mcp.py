@@ -111,7 +111,9 @@ def test_index_then_search_finds_the_newly_indexed_tree(env, tmp_path):
 
 def test_overlay_upsert_makes_an_edit_searchable_for_its_run(indexed, env, tmp_path):
     edited = indexed / "auth" / "sessions.py"
-    edited.write_text('def rotate_session_cookie(session):\n    """Issue a fresh session cookie after login."""\n    return session.renew()\n')
+    edited.write_text(
+        'def rotate_session_cookie(session):\n    """Issue a fresh session cookie after login."""\n    return session.renew()\n'
+    )
     upserted, found = call(
         env, tmp_path,
         ("overlay_upsert", {"paths": ["auth/sessions.py"], "root": str(indexed), "run_id": "run-7", "repo": "demo",

@@ -462,7 +462,8 @@ def test_search_reports_overlay_hits(mm, mm_indexed, consumer):
 
 def test_ttl_sweep_reports_points_swept(mm, mm_indexed, statsd_server, consumer):
     _edit(mm_indexed)
-    up = mm("rag", "overlay", "upsert", str(mm_indexed / "auth/tokens.py"), "--root", str(mm_indexed), "--ttl", "1s", "--json", extra_env=SCOPE)
+    up = mm("rag", "overlay", "upsert", str(mm_indexed / "auth/tokens.py"), "--root", str(mm_indexed), "--ttl", "1s", "--json",
+            extra_env=SCOPE)
     assert up.code == 0, up.stderr
     time.sleep(1.1)
     r = mm("rag", "overlay", "clean", "--expired", "--json", extra_env={**SCOPE, **statsd_server.env, **consumer.env})

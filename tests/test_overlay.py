@@ -6,7 +6,6 @@ qdrant-client's local mode. The CLI is exercised as a subprocess at the end.
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import threading

@@ -20,7 +20,6 @@ import pytest
 
 from celery_helpers import CELERY, ROOT, purge, queue_env, redis, stop, unique_queues, wait_for_consumer
 from conftest import MOONMIND, write_tree
-from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 QUERY = ("rag", "search", "--query", "where is the bearer token checked", "--filters", "repo=demo", "tenant=acme")
 

@@ -7,7 +7,6 @@ beneath the store. tenacity runs for real (its waits included).
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest

@@ -6,7 +6,6 @@ so the suite stays fast; each test is one behaviour.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import textwrap

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from http_servers import EmbeddingsServer, StatusServer, closed_port
-from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 QDRANT_KEY = "SENTINEL-QDRANT-KEY-7f3a91"
 OPENAI_KEY = "SENTINEL-OPENAI-KEY-9b1c22"

@@ -7,8 +7,6 @@ checked, not just shapes.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import time
@@ -17,7 +15,6 @@ import pytest
 
 from conftest import MOONMIND
 from http_servers import EmbeddingsServer
-from prebuilt import _index_template, prebuilt  # noqa: F401 - fixtures
 
 
 @pytest.fixture

@@ -90,7 +90,10 @@ def search(self, query: dict) -> dict:
     except MoonmindError as err:
         raise _fail(err) from None
     except SoftTimeLimitExceeded:
-        raise RagTaskError("task_timeout", "The search hit the worker's time limit (30 s).", "Narrow the query or check the store.") from None
+        raise RagTaskError(
+            "task_timeout", "The search hit the worker's time limit (30 s).",
+            "Narrow the query or check the store.",
+        ) from None
 
 
 @app.task(name=queue_client.INDEX, bind=True, soft_time_limit=3600, time_limit=3660, **WRITE_OPTIONS)
@@ -102,13 +105,19 @@ def index(self, request: dict) -> dict:
 
     req = _validate(IndexRequest, request, "index request")
     if not Path(req.path).is_dir():
-        raise RagTaskError("invalid_argument", f"{req.path} is not a directory on the worker.", "Pass a path the worker can read (a shared workspace).")
+        raise RagTaskError(
+            "invalid_argument", f"{req.path} is not a directory on the worker.",
+            "Pass a path the worker can read (a shared workspace).",
+        )
     try:
         return _execute("index", {"path": req.path, "repo": req.repo, "tenant": req.tenant})
     except MoonmindError as err:
         _retry_or_fail(self, err)
     except SoftTimeLimitExceeded:
-        raise RagTaskError("task_timeout", "Indexing hit the worker's time limit (1 h); progress is kept.", "Re-run: unchanged files are skipped.") from None
+        raise RagTaskError(
+            "task_timeout", "Indexing hit the worker's time limit (1 h); progress is kept.",
+            "Re-run: unchanged files are skipped.",
+        ) from None
 
 
 @app.task(name=queue_client.OVERLAY_UPSERT, bind=True, soft_time_limit=300, time_limit=330, **WRITE_OPTIONS)
@@ -122,7 +131,10 @@ def overlay_upsert(self, request: dict) -> dict:
     except MoonmindError as err:
         _retry_or_fail(self, err)
     except SoftTimeLimitExceeded:
-        raise RagTaskError("task_timeout", "The overlay upsert hit the worker's time limit (5 min).", "Upsert fewer files per call.") from None
+        raise RagTaskError(
+            "task_timeout", "The overlay upsert hit the worker's time limit (5 min).",
+            "Upsert fewer files per call.",
+        ) from None
     return OverlayReport(**report).model_dump(mode="json")
 
 

@@ -67,7 +67,8 @@ def cmd_add_token(args: argparse.Namespace) -> int:
     token = new_token()
     try:
         grant = TokenGrant(
-            name=args.name, hash=hash_token(token), repos=args.repo, tenants=args.tenant or [settings.scope_tenant], max_top_k=args.max_top_k
+            name=args.name, hash=hash_token(token), repos=args.repo, tenants=args.tenant or [settings.scope_tenant],
+            max_top_k=args.max_top_k,
         )
     except ValidationError as exc:
         e = exc.errors()[0]

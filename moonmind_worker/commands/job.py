@@ -35,11 +35,14 @@ def read_manifest(path: str) -> dict:
     except FileNotFoundError:
         raise MoonmindError("invalid_argument", f"Manifest {path} does not exist.", "Pass the job manifest file with --manifest.") from None
     except Unreadable as exc:
-        raise MoonmindError("invalid_argument", f"Manifest {path} was not read: {exc}.", "Pass the job manifest file with --manifest.") from None
+        raise MoonmindError("invalid_argument", f"Manifest {path} was not read: {exc}.",
+                            "Pass the job manifest file with --manifest.") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MoonmindError("invalid_argument", f"Manifest {path} is not valid JSON ({exc.__class__.__name__}).", "Fix the manifest file.") from None
+        raise MoonmindError("invalid_argument", f"Manifest {path} is not valid JSON ({exc.__class__.__name__}).",
+                            "Fix the manifest file.") from None
     if not isinstance(data, dict):
-        raise MoonmindError("invalid_argument", f"Manifest {path} is not a JSON object.", "The manifest must be an object with job_id, run_id, …")
+        raise MoonmindError("invalid_argument", f"Manifest {path} is not a JSON object.",
+                            "The manifest must be an object with job_id, run_id, …")
     return data
 
 

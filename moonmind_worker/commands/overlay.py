@@ -146,7 +146,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
         removed = int(expect_keys(out, OVERLAY_CLEAN_KEYS, "an OverlayCleanResult")["removed"])
     else:
         if args.no_wait:
-            raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
+            raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.",
+                                "Add --execution queue or drop --no-wait.")
         from ..owner.client import execute
 
         removed = int(execute(settings, "overlay_clean", {"run_id": run_id, "expired": args.expired})["removed"])

@@ -132,7 +132,8 @@ def run(op: str, args: dict[str, Any], settings, *, progress: Progress = None) -
     """Run one operation in this process: for the owner's clients, or a one-shot command's own (writes one at a time)."""
     fn = OPS.get(op)
     if fn is None:
-        raise MoonmindError("invalid_argument", f"Unknown operation {op!r}.", "Use the same moonmind-worker version for the CLI and the owner.")
+        raise MoonmindError("invalid_argument", f"Unknown operation {op!r}.",
+                            "Use the same moonmind-worker version for the CLI and the owner.")
     if op in WRITES:
         with _WRITES:
             return fn(settings, args, progress)
