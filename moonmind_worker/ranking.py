@@ -153,8 +153,17 @@ def _is_word_char(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
 
-def defines_in_text(text: str, name: str) -> bool:
+#: C and C++ name a type before defining it (`class logger;`, `enum level_enum : int;` in a `fwd.h`):
+#: such a line declares, the definition is elsewhere. (Rust's `struct Unit;` is a definition: C family only.)
+_C_FAMILY_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".h++", ".c", ".cc", ".cpp", ".cxx", ".c++", ".ipp", ".inl")
+_FORWARD_DECLARATION = re.compile(r"[ \t]*(?::[ \t]*[\w:<> \t]+)?;")
+_FORWARD_KEYWORD = re.compile(r"(?:^|\s)(?:class|struct|enum|union)(?:\s+class)?\s+(?:[A-Za-z_]\w*::)*$")
+
+
+def defines_in_text(text: str, name: str, c_family: bool = False) -> bool:
     """True when a line of `text` defines `name`: a definition keyword, then the (qualified) name.
+
+    In C and C++ (`c_family`), a forward declaration (`class logger;`) is not a definition.
 
     Scans occurrences with str.find and checks only the line prefix before each:
     a regex over the whole chunk is far slower on large chunks.
@@ -169,6 +178,8 @@ def defines_in_text(text: str, name: str) -> bool:
             continue
         line_start = text.rfind("\n", 0, i) + 1
         if _DEF_PREFIX.search(text[line_start:i]):
+            if c_family and _FORWARD_DECLARATION.match(text, end) and _FORWARD_KEYWORD.search(text[line_start:i]):
+                continue
             return True
         if i == line_start and _ASSIGNED.match(text, end):  # a module global: `NOTHING = ...`, `db: Engine = ...`
             return True
@@ -184,7 +195,8 @@ def defines(payload: dict, names: set[str]) -> bool:
         if last and last in names:
             return True
     text = payload.get("text") or ""
-    return any(defines_in_text(text, name) for name in names)
+    c_family = str(payload.get("path", "")).lower().endswith(_C_FAMILY_SUFFIXES)
+    return any(defines_in_text(text, name, c_family) for name in names)
 
 
 def _content_words(text: str) -> set[str]:

@@ -166,3 +166,17 @@ def test_vendored_third_party_code_counts_less_than_the_project():
         cand("src/format.h", "std::string format_number(int n);", 0.5, 5.5),
     ])
     assert ranked[0].payload["path"] == "src/format.h"
+
+
+def test_a_cpp_forward_declaration_is_not_the_definition():
+    # `fwd.h` names the type so other headers can refer to it; `common.h` defines it (spdlog's layout)
+    assert not defines_in_text("namespace level {\nenum level_enum : int;\n}", "level_enum", c_family=True)
+    assert not defines_in_text("class logger;\nclass async_logger;", "logger", c_family=True)
+    assert defines_in_text("enum level_enum : int\n{\n    trace,", "level_enum", c_family=True)
+    assert defines_in_text("class logger\n{", "logger", c_family=True)
+    assert defines_in_text("pub struct Unit;", "Unit")  # Rust: a unit struct is a definition
+    ranked = score("level_enum", [
+        cand("include/fwd.h", "namespace level {\nenum level_enum : int;\n}\nclass logger;", 0.6, 9.0),
+        cand("include/common.h", "enum level_enum : int\n{\n    trace = 0,\n    debug,\n};", 0.55, 8.0),
+    ])
+    assert ranked[0].payload["path"] == "include/common.h"
