@@ -143,7 +143,9 @@ def query_symbols(text: str) -> set[str]:
     return {w for w in _IDENT_IN_TEXT.findall(text) if _CODEY.search(w) and len(w) > 2}
 
 
-_DEF_PREFIX = re.compile(rf"(?:^|\s)(?:{_DEF_KEYWORDS})\s+(?:\([^)]*\)\s*)?(?:[A-Za-z_]\w*(?:\.|::))*$")
+#: a definition keyword starts a line or follows a space, or an opening bracket, comma or `=` written without
+#: a space: `transformRequest: [function transformRequest(data) {`, `(function setup() {`, `x=function y(`
+_DEF_PREFIX = re.compile(rf"(?:^|[\s\[(,=])(?:{_DEF_KEYWORDS})\s+(?:\([^)]*\)\s*)?(?:[A-Za-z_]\w*(?:\.|::))*$")
 
 
 _ASSIGNED = re.compile(r"[ \t]*(?::[^=\n]+)?=(?!=)")

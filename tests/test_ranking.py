@@ -180,3 +180,17 @@ def test_a_cpp_forward_declaration_is_not_the_definition():
         cand("include/common.h", "enum level_enum : int\n{\n    trace = 0,\n    debug,\n};", 0.55, 8.0),
     ])
     assert ranked[0].payload["path"] == "include/common.h"
+
+
+def test_a_function_keyword_after_a_bracket_defines_the_name():
+    # axios' defaults: `transformRequest: [function transformRequest(data, headers) {`
+    assert defines_in_text("  transformRequest: [function transformRequest(data, headers) {", "transformRequest")
+    assert defines_in_text("(function setup() {", "setup")
+    assert not defines_in_text("  transformRequest: [transformRequest, other],", "transformRequest")
+    ranked = score("transformRequest", [
+        cand("lib/core/dispatchRequest.js", "config.data = transformData.call(config, config.transformRequest);",
+             0.6, 9.0),
+        cand("lib/defaults/index.js", "const defaults = {\n  transformRequest: [function transformRequest(data, headers) {",
+             0.55, 8.0),
+    ])
+    assert ranked[0].payload["path"] == "lib/defaults/index.js"
