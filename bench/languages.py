@@ -64,6 +64,7 @@ LANGUAGES: tuple[Corpus, ...] = (
     # second project per language (issue 17 follow-up): more evidence before tuning, queries written from
     # each project's layout and docs before any search result was seen
     Corpus("axios", "JavaScript", "npm", "axios@1.7.9", "package/lib", _eval("javascript-axios")),
+    Corpus("immer", "TypeScript", "npm", "immer@10.1.1", "package", _eval("typescript-immer"), drop=("dist",)),
     Corpus("httpx", "Python", "pypi-sdist", "httpx==0.27.2", "httpx-0.27.2/httpx", _eval("python-httpx")),
     Corpus("chi", "Go", "deb", "golang-github-go-chi-chi-dev=5.0.7-1",
            "usr/share/gocode/src/github.com/go-chi/chi", _eval("go-chi")),
