@@ -99,7 +99,7 @@ _TEST_PATH = re.compile(
 )
 _EXAMPLE_PATH = re.compile(r"(?:^|/)(?:_?examples?|docs_src|samples?|demo)/")
 _REEXPORT_NAMES = frozenset({"__init__.py", "index.js", "index.ts", "mod.rs", "package-info.java"})
-_DECLARATION_SUFFIXES = (".pyi", ".d.ts")
+_DECLARATION_SUFFIXES = (".pyi", ".d.ts", ".d.mts", ".d.cts", ".js.flow")  # type stubs: TypeScript, Flow
 _VENDORED_PATH = re.compile(r"(?:^|/)(?:third[_-]?party|vendor(?:ed)?|external|node_modules|_vendor)/", re.IGNORECASE)
 _ASKS_FOR_TESTS = re.compile(r"\b(?:tests?|testing|spec|fixtures?|mock\w*)\b", re.IGNORECASE)
 _ASKS_FOR_DOCS = re.compile(

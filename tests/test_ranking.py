@@ -194,3 +194,12 @@ def test_a_function_keyword_after_a_bracket_defines_the_name():
              0.55, 8.0),
     ])
     assert ranked[0].payload["path"] == "lib/defaults/index.js"
+
+
+def test_a_flow_declaration_file_counts_like_a_type_stub():
+    # immer ships src/types/index.js.flow beside its TypeScript sources: signatures without the code
+    ranked = score("apply patches to a base state", [
+        cand("src/types/index.js.flow", "declare export function applyPatches<S>(state: S, patches: Patch[]): S", 0.6, 6.0),
+        cand("src/plugins/patches.ts", "function applyPatches_(draft: any, patches: Patch[]) {\n  patches.forEach(", 0.56, 5.5),
+    ])
+    assert ranked[0].payload["path"] == "src/plugins/patches.ts"
