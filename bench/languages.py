@@ -61,6 +61,20 @@ LANGUAGES: tuple[Corpus, ...] = (
     Corpus("monolog", "PHP", "deb", "php-monolog=2.9.1-1", "usr/share/php/Monolog", _eval("php-monolog")),
     Corpus("nlohmann_json", "C++", "deb", "nlohmann-json3-dev=3.11.2-2", "usr/include/nlohmann",
            _eval("cpp-nlohmann_json")),
+    # second project per language (issue 17 follow-up): more evidence before tuning, queries written from
+    # each project's layout and docs before any search result was seen
+    Corpus("axios", "JavaScript", "npm", "axios@1.7.9", "package/lib", _eval("javascript-axios")),
+    Corpus("immer", "TypeScript", "npm", "immer@10.1.1", "package", _eval("typescript-immer"), drop=("dist",)),
+    Corpus("httpx", "Python", "pypi-sdist", "httpx==0.27.2", "httpx-0.27.2/httpx", _eval("python-httpx")),
+    Corpus("chi", "Go", "deb", "golang-github-go-chi-chi-dev=5.0.7-1",
+           "usr/share/gocode/src/github.com/go-chi/chi", _eval("go-chi")),
+    Corpus("toml", "Rust", "deb", "librust-toml-dev=0.5.11-1", "usr/share/cargo/registry/toml-0.5.11",
+           _eval("rust-toml")),
+    Corpus("faraday", "Ruby", "deb", "ruby-faraday=1.1.0-7",
+           "usr/share/rubygems-integration/all/gems/faraday-1.1.0", _eval("ruby-faraday")),
+    Corpus("psr7", "PHP", "deb", "php-guzzlehttp-psr7=2.4.5-1+deb12u1", "usr/share/php/GuzzleHttp/Psr7",
+           _eval("php-psr7")),
+    Corpus("spdlog", "C++", "deb", "libspdlog-dev=1:1.10.0+ds-0.4", "usr/include/spdlog", _eval("cpp-spdlog")),
 )
 #: Python reference sets (the issue's own baseline figures are on these).
 REFERENCE: tuple[Corpus, ...] = (

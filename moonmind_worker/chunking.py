@@ -49,7 +49,9 @@ _DEF["kotlin"] = _DEF["java"]
 _DEF["scala"] = _DEF["java"]
 _DEF["csharp"] = _DEF["java"]
 _DEF["cpp"] = _DEF["c"]
-_DEF["php"] = re.compile(r"^\s{0,4}(?:(?:public|private|protected|static|final|abstract)\s+)*(?:function|class|interface|trait)\s+([A-Za-z_]\w*)")
+_DEF["php"] = re.compile(
+    r"^\s{0,4}(?:(?:public|private|protected|static|final|abstract)\s+)*(?:function|class|interface|trait)\s+([A-Za-z_]\w*)"
+)
 _DEF["swift"] = re.compile(r"^(?:(?:public|private|internal|open|final)\s+)*(?:func|class|struct|enum|protocol|extension)\s+([A-Za-z_]\w*)")
 
 _DECORATOR = re.compile(r"^@")

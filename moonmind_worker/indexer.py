@@ -66,7 +66,8 @@ class IndexSummary:
 #: 3: packed chunks titled with every definition they hold; chained and export assignments titled;
 #:    C/C++ files with a local parse error (namespace macros) cut by their syntax tree; the static
 #:    embedder splits camelCase identifiers before its tokenizer.
-CHUNK_RECIPE_VERSION = 3
+#: 4: BM25 stemming joins a word's plural to it (routes/route, values/value): the sparse vectors change.
+CHUNK_RECIPE_VERSION = 4
 
 
 def chunk_recipe(settings: Settings) -> str:

@@ -9,7 +9,6 @@ the inverse document frequency at query time, so the sparse score is BM25.
 
 from __future__ import annotations
 
-import math
 import re
 import zlib
 from collections import Counter
@@ -31,12 +30,27 @@ AVG_LEN = 120.0
 
 
 def _stem(word: str) -> str:
-    """A light suffix stripper: routes/route, handling/handle, dependencies/dependency."""
+    """A light suffix stripper that sends a word's forms to one term.
+
+    routes/route, values/value, types/type, matches/match, processes/process,
+    dependencies/dependency: a plural `-es` is stripped only after s, x, z, ch or sh
+    (elsewhere the `e` belongs to the word: `routes` is route + s, which the old rule
+    cut to `rout` while `route` stayed `route`), and a final `s` is kept after ss, us,
+    is (`process`, `status`, `analysis` are not plurals). Left as it was: `-ing`/`-ed`
+    (routing -> rout, parsed -> pars; dropping a silent `e` to join them cost attrs).
+    """
     if len(word) <= 4:
         return word
-    for suffix, repl in (("ies", "y"), ("ing", ""), ("ers", "er"), ("es", ""), ("ed", ""), ("s", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + repl
+    if word.endswith("ies") and len(word) >= 6:
+        return word[:-3] + "y"
+    if word.endswith("ing") and len(word) >= 6:
+        return word[:-3]
+    if word.endswith("ed"):
+        return word[:-2]
+    if word.endswith("es") and (word[-3] in "sxz" or word[-4:-2] in ("ch", "sh")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
     return word
 
 
@@ -86,8 +100,3 @@ def query_vector(text: str) -> tuple[list[int], list[float]]:
     """Each distinct query term weighs 1; an empty query term set yields no vector."""
     ids = sorted({term_id(t) for t in terms(text)})
     return ids, [1.0] * len(ids)
-
-
-def saturate(score: float, scale: float) -> float:
-    """Map a non-negative BM25 score into [0, 1) smoothly."""
-    return 1.0 - math.exp(-max(score, 0.0) / scale) if scale > 0 else 0.0

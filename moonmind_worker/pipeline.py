@@ -56,7 +56,9 @@ def default_threshold(settings: Settings, model: str) -> float:
 
 #: Payload fields candidates carry through fusion, overlay merge, dedupe and ordering;
 #: the full payload (chunk text included) is fetched for the final top_k only.
-CANDIDATE_FIELDS = ("path", "repo", "tenant", "chunk_hash", "offset_start", "trust_class", "run_id", "expires_at", "deleted", "section_title")
+CANDIDATE_FIELDS = (
+    "path", "repo", "tenant", "chunk_hash", "offset_start", "trust_class", "run_id", "expires_at", "deleted", "section_title",
+)
 #: Symbol queries also need the chunk text, to see which candidate *defines* the symbol.
 SYMBOL_CANDIDATE_FIELDS = CANDIDATE_FIELDS + ("text",)
 

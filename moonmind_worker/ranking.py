@@ -99,7 +99,7 @@ _TEST_PATH = re.compile(
 )
 _EXAMPLE_PATH = re.compile(r"(?:^|/)(?:_?examples?|docs_src|samples?|demo)/")
 _REEXPORT_NAMES = frozenset({"__init__.py", "index.js", "index.ts", "mod.rs", "package-info.java"})
-_DECLARATION_SUFFIXES = (".pyi", ".d.ts")
+_DECLARATION_SUFFIXES = (".pyi", ".d.ts", ".d.mts", ".d.cts", ".js.flow")  # type stubs: TypeScript, Flow
 _VENDORED_PATH = re.compile(r"(?:^|/)(?:third[_-]?party|vendor(?:ed)?|external|node_modules|_vendor)/", re.IGNORECASE)
 _ASKS_FOR_TESTS = re.compile(r"\b(?:tests?|testing|spec|fixtures?|mock\w*)\b", re.IGNORECASE)
 _ASKS_FOR_DOCS = re.compile(
@@ -143,7 +143,9 @@ def query_symbols(text: str) -> set[str]:
     return {w for w in _IDENT_IN_TEXT.findall(text) if _CODEY.search(w) and len(w) > 2}
 
 
-_DEF_PREFIX = re.compile(rf"(?:^|\s)(?:{_DEF_KEYWORDS})\s+(?:\([^)]*\)\s*)?(?:[A-Za-z_]\w*(?:\.|::))*$")
+#: a definition keyword starts a line or follows a space, or an opening bracket, comma or `=` written without
+#: a space: `transformRequest: [function transformRequest(data) {`, `(function setup() {`, `x=function y(`
+_DEF_PREFIX = re.compile(rf"(?:^|[\s\[(,=])(?:{_DEF_KEYWORDS})\s+(?:\([^)]*\)\s*)?(?:[A-Za-z_]\w*(?:\.|::))*$")
 
 
 _ASSIGNED = re.compile(r"[ \t]*(?::[^=\n]+)?=(?!=)")
@@ -153,8 +155,17 @@ def _is_word_char(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
 
-def defines_in_text(text: str, name: str) -> bool:
+#: C and C++ name a type before defining it (`class logger;`, `enum level_enum : int;` in a `fwd.h`):
+#: such a line declares, the definition is elsewhere. (Rust's `struct Unit;` is a definition: C family only.)
+_C_FAMILY_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".h++", ".c", ".cc", ".cpp", ".cxx", ".c++", ".ipp", ".inl")
+_FORWARD_DECLARATION = re.compile(r"[ \t]*(?::[ \t]*[\w:<> \t]+)?;")
+_FORWARD_KEYWORD = re.compile(r"(?:^|\s)(?:class|struct|enum|union)(?:\s+class)?\s+(?:[A-Za-z_]\w*::)*$")
+
+
+def defines_in_text(text: str, name: str, c_family: bool = False) -> bool:
     """True when a line of `text` defines `name`: a definition keyword, then the (qualified) name.
+
+    In C and C++ (`c_family`), a forward declaration (`class logger;`) is not a definition.
 
     Scans occurrences with str.find and checks only the line prefix before each:
     a regex over the whole chunk is far slower on large chunks.
@@ -169,6 +180,8 @@ def defines_in_text(text: str, name: str) -> bool:
             continue
         line_start = text.rfind("\n", 0, i) + 1
         if _DEF_PREFIX.search(text[line_start:i]):
+            if c_family and _FORWARD_DECLARATION.match(text, end) and _FORWARD_KEYWORD.search(text[line_start:i]):
+                continue
             return True
         if i == line_start and _ASSIGNED.match(text, end):  # a module global: `NOTHING = ...`, `db: Engine = ...`
             return True
@@ -184,7 +197,8 @@ def defines(payload: dict, names: set[str]) -> bool:
         if last and last in names:
             return True
     text = payload.get("text") or ""
-    return any(defines_in_text(text, name) for name in names)
+    c_family = str(payload.get("path", "")).lower().endswith(_C_FAMILY_SUFFIXES)
+    return any(defines_in_text(text, name, c_family) for name in names)
 
 
 def _content_words(text: str) -> set[str]:
@@ -239,11 +253,6 @@ def _path_match(path: str, words: frozenset[str]) -> float:
         ):
             hit += 1
     return hit / len(words)
-
-
-def path_prior(path: str, query: str) -> float:
-    """Tests, examples, re-export stubs and hidden tool directories count less, unless asked for."""
-    return _prior(path, bool(_ASKS_FOR_TESTS.search(query)), bool(_ASKS_FOR_EXAMPLES.search(query)))
 
 
 @lru_cache(maxsize=8192)

@@ -40,7 +40,8 @@ def test_query_words_that_name_a_file_lift_that_file():
 
 
 def test_tests_count_less_unless_the_query_asks_for_tests():
-    chunks = lambda: [cand("tests/test_pool.py", "pool acquire", 0.5, 5.0), cand("db/pool.py", "pool acquire", 0.5, 5.0)]
+    def chunks():
+        return [cand("tests/test_pool.py", "pool acquire", 0.5, 5.0), cand("db/pool.py", "pool acquire", 0.5, 5.0)]
     assert score("connection pool acquire", chunks())[0].payload["path"] == "db/pool.py"
     assert score("tests for connection pool acquire", chunks())[0].payload["path"] == "tests/test_pool.py"
 
@@ -69,12 +70,13 @@ def test_definition_and_symbol_detection_across_languages():
 
 
 def test_prose_counts_less_than_code_in_a_code_repository_unless_the_query_asks_for_docs():
-    chunks = lambda: [
-        cand("CHANGELOG.md", "query string parser now handles arrays", 0.55, 6.0),
-        cand("README.md", "the query string parser turns ?a=1 into a dict", 0.55, 6.0),
-        cand("lib/query.js", "function parseQuery(str) { return qs.parse(str) }", 0.5, 5.0),
-        cand("lib/router.js", "function route(req) {}", 0.3, 1.0),
-    ]
+    def chunks():
+        return [
+            cand("CHANGELOG.md", "query string parser now handles arrays", 0.55, 6.0),
+            cand("README.md", "the query string parser turns ?a=1 into a dict", 0.55, 6.0),
+            cand("lib/query.js", "function parseQuery(str) { return qs.parse(str) }", 0.5, 5.0),
+            cand("lib/router.js", "function route(req) {}", 0.3, 1.0),
+        ]
     assert score("how are query strings parsed", chunks())[0].payload["path"] == "lib/query.js"
     assert score("how do I configure the query string parser", chunks())[0].payload["path"] != "lib/query.js"
 
@@ -166,3 +168,40 @@ def test_vendored_third_party_code_counts_less_than_the_project():
         cand("src/format.h", "std::string format_number(int n);", 0.5, 5.5),
     ])
     assert ranked[0].payload["path"] == "src/format.h"
+
+
+def test_a_cpp_forward_declaration_is_not_the_definition():
+    # `fwd.h` names the type so other headers can refer to it; `common.h` defines it (spdlog's layout)
+    assert not defines_in_text("namespace level {\nenum level_enum : int;\n}", "level_enum", c_family=True)
+    assert not defines_in_text("class logger;\nclass async_logger;", "logger", c_family=True)
+    assert defines_in_text("enum level_enum : int\n{\n    trace,", "level_enum", c_family=True)
+    assert defines_in_text("class logger\n{", "logger", c_family=True)
+    assert defines_in_text("pub struct Unit;", "Unit")  # Rust: a unit struct is a definition
+    ranked = score("level_enum", [
+        cand("include/fwd.h", "namespace level {\nenum level_enum : int;\n}\nclass logger;", 0.6, 9.0),
+        cand("include/common.h", "enum level_enum : int\n{\n    trace = 0,\n    debug,\n};", 0.55, 8.0),
+    ])
+    assert ranked[0].payload["path"] == "include/common.h"
+
+
+def test_a_function_keyword_after_a_bracket_defines_the_name():
+    # axios' defaults: `transformRequest: [function transformRequest(data, headers) {`
+    assert defines_in_text("  transformRequest: [function transformRequest(data, headers) {", "transformRequest")
+    assert defines_in_text("(function setup() {", "setup")
+    assert not defines_in_text("  transformRequest: [transformRequest, other],", "transformRequest")
+    ranked = score("transformRequest", [
+        cand("lib/core/dispatchRequest.js", "config.data = transformData.call(config, config.transformRequest);",
+             0.6, 9.0),
+        cand("lib/defaults/index.js", "const defaults = {\n  transformRequest: [function transformRequest(data, headers) {",
+             0.55, 8.0),
+    ])
+    assert ranked[0].payload["path"] == "lib/defaults/index.js"
+
+
+def test_a_flow_declaration_file_counts_like_a_type_stub():
+    # immer ships src/types/index.js.flow beside its TypeScript sources: signatures without the code
+    ranked = score("apply patches to a base state", [
+        cand("src/types/index.js.flow", "declare export function applyPatches<S>(state: S, patches: Patch[]): S", 0.6, 6.0),
+        cand("src/plugins/patches.ts", "function applyPatches_(draft: any, patches: Patch[]) {\n  patches.forEach(", 0.56, 5.5),
+    ])
+    assert ranked[0].payload["path"] == "src/plugins/patches.ts"
