@@ -22,10 +22,20 @@ LINE = re.compile(r"^progress: (\d+)/(\d+) files \(\d+%\), (\d+) chunks, [\d.]+ 
 
 @pytest.fixture
 def slow_embedder(env):
+    yield from _embedder_answering_after(env, 0.05)
+
+
+@pytest.fixture
+def slower_embedder(env):
+    """Each batch after 0.2 s (a run of ~8 s): still going when the interrupt lands, however loaded the machine."""
+    yield from _embedder_answering_after(env, 0.2)
+
+
+def _embedder_answering_after(env, delay_s: float):
     from http_servers import EmbeddingsServer
 
     server = EmbeddingsServer(repeat=2)
-    server.delay_s = 0.05
+    server.delay_s = delay_s
     yield {**env, "MOONMIND_EMBEDDING_PROVIDER": "openai", "OPENAI_API_KEY": "sk-progress",
            "OPENAI_BASE_URL": server.base_url, "MOONMIND_EMBEDDING_MODEL": "local-embed-512",
            "MOONMIND_EMBEDDING_BATCH_SIZE": "16"}
@@ -96,8 +106,8 @@ def test_a_terminal_gets_a_bar_with_rate_and_eta(slow_embedder, tree):
     assert re.search(r"200/200 files \(100%\), \d+ chunks  [\d.]+ files/s, \S+ in all", out)
 
 
-def test_ctrl_c_during_the_bar_prints_interrupted_on_a_line_of_its_own(slow_embedder, tree):
-    code, out = run_on_a_terminal([MOONMIND, "rag", "index", str(tree), "--repo", "big"], slow_embedder,
+def test_ctrl_c_during_the_bar_prints_interrupted_on_a_line_of_its_own(slower_embedder, tree):
+    code, out = run_on_a_terminal([MOONMIND, "rag", "index", str(tree), "--repo", "big"], slower_embedder,
                                   interrupt_on="ETA")
     assert code == 130, out
     assert "files/s" in out and "/200 files" in out  # the bar was drawn, and was still running
