@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from .errors import EXIT_INTERNAL, EXIT_USAGE, MoonmindError
+from .errors import EXIT_INTERNAL, EXIT_USAGE, MoonmindError, has_surrogate
 
 #: Annotations only: `typing` costs ~3.5 ms of import on the thin client's path (owner/client.py),
 #: about 5% of a `rag search` served by the box's owner. mypy treats this constant like typing's.
@@ -235,7 +235,7 @@ def _refuse_text_that_is_not_unicode(args: argparse.Namespace) -> None:
         if name.startswith("_") or name in _PATH_ARGUMENTS:
             continue
         for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str) and any("\ud800" <= ch <= "\udfff" for ch in item):
+            if isinstance(item, str) and has_surrogate(item):
                 raise MoonmindError(
                     "invalid_argument",
                     f"--{name.replace('_', '-')} holds bytes that are not valid UTF-8.",

@@ -6,10 +6,11 @@ the retriever reads it, so the two can never disagree about a field name.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .errors import has_surrogate
 
 #: Version of the stored chunk payload. A collection written with a version this
 #: code does not list in READABLE_SCHEMA_VERSIONS is refused (re-index instead).
@@ -56,12 +57,11 @@ def _valid_unicode(v: str) -> str:
     surrogateescape, a JSON "\\udc80" escape); it cannot be encoded for the store or a terminal,
     so it must stop here as the caller's error, not fail later as an internal one.
     """
-    if _SURROGATE.search(v):
+    if has_surrogate(v):
         raise ValueError(_NOT_UNICODE)
     return v
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _NOT_UNICODE = "holds a character that is not valid Unicode (an unpaired surrogate, e.g. bytes that are not UTF-8)"
 
 

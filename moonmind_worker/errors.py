@@ -135,5 +135,16 @@ def redact(text: str, secrets: list[str] | None = None) -> str:
     return out
 
 
+def has_surrogate(text: str) -> bool:
+    """True when `text` holds an unpaired surrogate: bytes that were not UTF-8 (argv decoded with
+    surrogateescape, a JSON "\\udc80" escape), which neither the store nor a terminal can carry.
+    (Strict UTF-8 encoding fails on exactly those, in C; this module is on every command's path.)"""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def invalid_query(message: str, action: str = "Fix the query or flags and retry.") -> MoonmindError:
     return MoonmindError("invalid_query", message, action)

@@ -20,10 +20,6 @@ WRITES = ("create", "upsert", "delete", "delete_ids", "set_metadata", "optimize"
 CRASH_EXIT = 86
 
 
-def wanted() -> bool:
-    return bool(os.environ.get("MOONMIND_FAULT") or os.environ.get("MOONMIND_FAULT_TRACE"))
-
-
 def wrap(store: Any) -> Any:
     """`store` with its writes counted, traced and (at the planned one) crashed."""
     spec = os.environ.get("MOONMIND_FAULT", "")

@@ -209,11 +209,10 @@ def open_store(settings: Settings, collection: str | None = None) -> Store:
         store = EdgeStore(settings.data_dir, name, wait_s=settings.store_wait_s)
     else:
         store = QdrantClientStore(settings, name)
-    if "MOONMIND_FAULT" in os.environ or "MOONMIND_FAULT_TRACE" in os.environ:  # the adversarial suite only
+    if os.environ.get("MOONMIND_FAULT") or os.environ.get("MOONMIND_FAULT_TRACE"):  # the adversarial suite only
         from . import faults
 
-        if faults.wanted():
-            return faults.wrap(store)
+        return faults.wrap(store)
     return store
 
 
