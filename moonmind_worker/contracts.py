@@ -26,7 +26,17 @@ CANONICAL = "canonical"
 WORKSPACE_OVERLAY = "workspace_overlay"
 
 
-class Filters(BaseModel):
+class Contract(BaseModel):
+    """Every wire model: validators built on first use, not at import.
+
+    Why: building all of them cost most of this module's import, and a one-shot `rag search`
+    uses six (the query and the pack); the gateway and the tasks build the rest when they use them.
+    """
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class Filters(Contract):
     """Payload filters: only known keys, so a typo is an error rather than a silent no-op."""
 
     model_config = ConfigDict(extra="forbid")
@@ -72,7 +82,7 @@ def _whole_number(v: Any) -> Any:
     return v
 
 
-class Budgets(BaseModel):
+class Budgets(Contract):
     model_config = ConfigDict(extra="forbid")
 
     # strict: `true` or "800" is not a budget (the schema says integer; lax coercion would accept them)
@@ -82,12 +92,12 @@ class Budgets(BaseModel):
     _whole = field_validator("tokens", "latency_ms", mode="before")(_whole_number)
 
 
-class Usage(BaseModel):
+class Usage(Contract):
     tokens: int = 0
     latency_ms: float = 0.0
 
 
-class RetrievalQuery(BaseModel):
+class RetrievalQuery(Contract):
     """What a caller asks for (CLI, Celery task and gateway alike)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -111,7 +121,7 @@ class RetrievalQuery(BaseModel):
         return v
 
 
-class ChunkPayload(BaseModel):
+class ChunkPayload(Contract):
     """Exactly what is stored with every point, canonical or overlay."""
 
     schema_version: int = PAYLOAD_SCHEMA_VERSION
@@ -139,7 +149,7 @@ class ChunkPayload(BaseModel):
     deleted: bool = False  # overlay tombstone: hides the path's canonical chunks
 
 
-class ContextItem(BaseModel):
+class ContextItem(Contract):
     """One retrieved chunk, with every field spec 05 FR-007 asks for, untruncated."""
 
     score: float
@@ -166,7 +176,7 @@ class ContextItem(BaseModel):
         return f"{self.source}#L{self.line_start}-L{self.line_end}"
 
 
-class ContextPack(BaseModel):
+class ContextPack(Contract):
     context_text: str
     items: list[ContextItem]
     filters: dict[str, str]
@@ -184,13 +194,13 @@ class ContextPack(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(Contract):
     code: str
     message: str
     action: str
 
 
-class BudgetReport(BaseModel):
+class BudgetReport(Contract):
     """Budget telemetry tags (spec 03): which budget, its limit, what was spent or predicted."""
 
     budget_type: Literal["tokens", "latency_ms"]
@@ -198,7 +208,7 @@ class BudgetReport(BaseModel):
     budget_spent: float
 
 
-class ErrorEnvelope(BaseModel):
+class ErrorEnvelope(Contract):
     """The error shape everywhere JSON is spoken; budget errors also echo `usage` and `budget`."""
 
     error: ErrorBody
@@ -206,7 +216,7 @@ class ErrorEnvelope(BaseModel):
     budget: BudgetReport | None = None
 
 
-class HealthStatus(BaseModel):
+class HealthStatus(Contract):
     """`GET /retrieval/health`: `ok`, or `unavailable` with a coarse reason (no names, counts or exception text)."""
 
     status: Literal["ok", "unavailable"]
@@ -214,7 +224,7 @@ class HealthStatus(BaseModel):
     error: ErrorBody | None = None
 
 
-class TokenGrant(BaseModel):
+class TokenGrant(Contract):
     """One worker token in the gateway's token file: its hash and what it may read."""
 
     model_config = ConfigDict(extra="forbid")
@@ -233,7 +243,7 @@ class TokenGrant(BaseModel):
         return v
 
 
-class TokenFile(BaseModel):
+class TokenFile(Contract):
     model_config = ConfigDict(extra="forbid")
 
     tokens: list[TokenGrant] = Field(default_factory=list)
@@ -299,7 +309,7 @@ def _action_for(exc, fields: str = "flags") -> str:
 # ------------------------------------------------------ Celery task wire ---
 
 
-class IndexRequest(BaseModel):
+class IndexRequest(Contract):
     """Arguments of the `moonmind.rag.index` task: a tree on the worker's filesystem."""
 
     model_config = ConfigDict(extra="forbid")
@@ -309,12 +319,12 @@ class IndexRequest(BaseModel):
     tenant: str = Field(min_length=1)
 
 
-class SkippedFile(BaseModel):
+class SkippedFile(Contract):
     path: str
     reason: str
 
 
-class IndexReport(BaseModel):
+class IndexReport(Contract):
     """Result of indexing (CLI `rag index` and the `moonmind.rag.index` task print the same thing from it)."""
 
     repo: str
@@ -332,7 +342,7 @@ class IndexReport(BaseModel):
     line: str  # the one-line human summary
 
 
-class OverlayUpsertRequest(BaseModel):
+class OverlayUpsertRequest(Contract):
     """Arguments of `moonmind.rag.overlay_upsert`: absolute paths inside `root`, as the worker sees them."""
 
     model_config = ConfigDict(extra="forbid")
@@ -345,7 +355,7 @@ class OverlayUpsertRequest(BaseModel):
     tenant: str = Field(min_length=1)
 
 
-class OverlayReport(BaseModel):
+class OverlayReport(Contract):
     """Result of an overlay upsert (the CLI prints the same thing in sync and queue mode)."""
 
     run_id: str
@@ -361,7 +371,7 @@ class OverlayReport(BaseModel):
     line: str
 
 
-class OverlayCleanRequest(BaseModel):
+class OverlayCleanRequest(Contract):
     """Arguments of `moonmind.rag.overlay_clean`: one run's overlay, or every expired point."""
 
     model_config = ConfigDict(extra="forbid")
@@ -370,7 +380,7 @@ class OverlayCleanRequest(BaseModel):
     expired: bool = False
 
 
-class OverlayCleanResult(BaseModel):
+class OverlayCleanResult(Contract):
     removed: int
     run_id: str | None
     expired: bool
