@@ -33,15 +33,17 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from . import observe
-from .chunking import Chunk, chunk_text, language_of, sha256_text
 from .contracts import PAYLOAD_SCHEMA_VERSION, WORKSPACE_OVERLAY, ChunkPayload, RetrievalQuery
 from .embedding import Embedder
 from .errors import MoonmindError
-from .files import Skipped, excluded_reason, name_problem, read_text
 from .guardrails import check_collection
-from .indexer import build_points, content_hash, point_id
 from .settings import Settings
 from .store import Hit, Match, MatchAny, PointIn, Range, SearchSpec, SparseVec, Store, Where
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .chunking import Chunk
+    from .files import Skipped
 
 #: Default lifetime of an overlay upsert (`--ttl`); a job normally cleans its run sooner.
 DEFAULT_TTL_S = 24 * 3600.0
@@ -185,6 +187,9 @@ def run_scope(run_id: str, *, tenant: str | None = None, repo: str | None = None
 
 def _tombstone(embedder: Embedder, rel: str, *, repo: str, tenant: str, run_id: str, expires_at: float) -> PointIn:
     """A point that says "this path is gone for this run": no text, hides the canonical chunks."""
+    from .chunking import language_of, sha256_text
+    from .indexer import point_id
+
     empty = sha256_text("")
     payload = ChunkPayload(
         path=rel, repo=repo, tenant=tenant, language=language_of(rel), chunk_id=f"{rel}#deleted",
@@ -225,6 +230,11 @@ def upsert_overlay(
     written. Binary, oversized and excluded (lock, vendored, .gitignored) files
     are skipped with a reason, exactly as the canonical indexer skips them.
     """
+    # the writing side's modules, imported here: a search (plan_search) needs none of them
+    from .chunking import chunk_text
+    from .files import Skipped, excluded_reason, name_problem, read_text
+    from .indexer import build_points, content_hash
+
     started = time.perf_counter()
     run_id = _require(run_id, "run id", "--run-id", "MOONMIND_RUN_ID")
     repo = _require(repo, "repo", "--repo", "MOONMIND_REPO")
