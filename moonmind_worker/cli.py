@@ -173,6 +173,8 @@ def run() -> None:
     Why: tearing down the modules and the engine's objects of a one-shot command took ~40 ms
     of a ~450 ms `rag search` here. Buffered store writes are flushed by `main` first.
     """
+    if sys.argv[1:3] == ["rag", "search"]:
+        one_thread_blas()
     rc = main(_ending=True)
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -180,6 +182,23 @@ def run() -> None:
         except (BrokenPipeError, ValueError):
             pass
     os._exit(rc)
+
+
+#: Set by `one_thread_blas` when this process, not its caller, chose OpenBLAS's thread count.
+BLAS_THREADS_SET = False
+
+
+def one_thread_blas() -> None:
+    """One OpenBLAS thread for a `rag search` that ends up loading numpy here (one-shot, no owner).
+
+    Why: OpenBLAS starts a thread per core when numpy is imported, which cost ~50 ms of a
+    one-shot search on 2 cores; the one query it embeds is far too small to use them. A value
+    the caller set is kept, and an owner this process starts does not inherit ours (`owner.client`).
+    """
+    global BLAS_THREADS_SET
+    if "OPENBLAS_NUM_THREADS" not in os.environ and "numpy" not in sys.modules:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        BLAS_THREADS_SET = True
 
 
 def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:

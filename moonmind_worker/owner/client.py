@@ -242,6 +242,9 @@ def start_background_owner(settings: Any, collection: str) -> Owner | None:
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "moonmind_worker.cli", "serve", "--idle-exit", f"{settings.owner_idle_s:g}"]
     env = dict(os.environ, MOONMIND_COLLECTION=collection, MOONMIND_OWNER="off")
+    cli = sys.modules.get("moonmind_worker.cli")
+    if cli is not None and cli.BLAS_THREADS_SET:  # a one-shot search's setting, not one for a long-lived owner
+        env.pop("OPENBLAS_NUM_THREADS", None)
     with open(log, "ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True, close_fds=True,
