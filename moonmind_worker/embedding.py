@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from pathlib import Path
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from . import observe
 from .errors import MoonmindError
 from .settings import Settings
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STATIC_MODEL_DIR = Path(__file__).parent / "models" / "static-minilm-256"
 
@@ -55,40 +57,70 @@ class Embedder(Protocol):
 
     def embed_documents(self, texts: list[str]) -> np.ndarray: ...
 
-    def embed_query(self, text: str, deadline: float | None = None) -> np.ndarray:
-        """`deadline` (time.monotonic) bounds the call, retries included: a latency budget."""
+    def embed_query(self, text: str, deadline: float | None = None) -> np.ndarray | Sequence[float]:
+        """A unit float32 vector (a numpy array, or an `array('f')` from the static model's numpy-free path);
+        `deadline` (time.monotonic) bounds the call, retries included: a latency budget."""
         ...
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (rows / norms).astype(np.float32, copy=False)
 
 
 class StaticEmbedder:
-    """Mean of per-token static vectors, L2-normalised (model2vec inference, in numpy)."""
+    """Mean of per-token static vectors, L2-normalised (model2vec inference, in numpy).
+
+    The model (numpy, tokenizers, the float16 table) loads on first use by `embed_documents`;
+    a query in a process that has not loaded numpy goes through `static_query` instead, which
+    gives the same bits without loading any of it (a one-shot `rag search`).
+    """
 
     def __init__(self, model_dir: Path = STATIC_MODEL_DIR, name: str | None = None) -> None:
-        from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
-
         config = json.loads((model_dir / "config.json").read_text())
         self.name = name or config["name"]
-        # kept as stored (float16): rows are widened to float32 when used, which gives the very
-        # same values as widening the whole table, without paying for it on every process start
-        self._vectors = load_file(str(model_dir / "embeddings.safetensors"))["embeddings"]
-        self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        self._tokenizer.no_padding()
-        self._tokenizer.enable_truncation(512)
-        self._unk = self._tokenizer.token_to_id("[UNK]")
+        self._dir = model_dir
+        self._dims = int(config["dimensions"])
+        self._model: tuple | None = None  # (vectors, tokenizer, unk id): see _loaded
+        self._query_model = None  # static_query.StaticQueryModel, made on a numpy-free query
+
+    def _loaded(self) -> tuple:
+        if self._model is None:
+            from safetensors.numpy import load_file
+            from tokenizers import Tokenizer
+
+            # kept as stored (float16): rows are widened to float32 when used, which gives the very
+            # same values as widening the whole table, without paying for it on every process start
+            vectors = load_file(str(self._dir / "embeddings.safetensors"))["embeddings"]
+            tokenizer = Tokenizer.from_file(str(self._dir / "tokenizer.json"))
+            tokenizer.no_padding()
+            tokenizer.enable_truncation(512)
+            self._model = (vectors, tokenizer, tokenizer.token_to_id("[UNK]"))
+        return self._model
+
+    @property
+    def _vectors(self):
+        return self._loaded()[0]
+
+    @property
+    def _tokenizer(self):
+        return self._loaded()[1]
+
+    @property
+    def _unk(self) -> int:
+        return self._loaded()[2]
 
     @property
     def dimensions(self) -> int:
-        return int(self._vectors.shape[1])
+        return self._dims
 
     @observe.embed
     def embed_documents(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         encodings = self._tokenizer.encode_batch_fast([split_identifiers(t) for t in texts], add_special_tokens=False)
@@ -100,6 +132,8 @@ class StaticEmbedder:
         Why a product: gathering one 256-float row per token and summing moved ~1 KB per
         token through memory; counting tokens first touches each distinct row once.
         """
+        import numpy as np
+
         n = len(encodings)
         ids = [np.asarray(enc.ids, dtype=np.int64) for enc in encodings]
         flat = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
@@ -117,8 +151,20 @@ class StaticEmbedder:
         out[nonempty] = sums[nonempty] / lengths[nonempty, None]
         return out
 
-    def embed_query(self, text: str, deadline: float | None = None) -> np.ndarray:
-        """In-process and sub-millisecond: nothing to bound, the caller checks the deadline after."""
+    def embed_query(self, text: str, deadline: float | None = None) -> np.ndarray | Sequence[float]:
+        """In-process and sub-millisecond: nothing to bound, the caller checks the deadline after.
+
+        Without numpy loaded, `static_query` computes the same float32 vector without it when it can
+        (None: text it does not tokenize, or a sum whose float32 rounding would depend on BLAS's order).
+        """
+        if "numpy" not in sys.modules:
+            if self._query_model is None:
+                from .static_query import StaticQueryModel
+
+                self._query_model = StaticQueryModel(self._dir)
+            vector = self._query_model.query_vector(split_identifiers(text))
+            if vector is not None:
+                return vector
         return self.embed_documents([text])[0]
 
 
@@ -162,6 +208,8 @@ class OpenAICompatibleEmbedder:
 
     @observe.embed
     def _embed_batch(self, texts: list[str], deadline: float | None = None) -> np.ndarray:
+        import numpy as np
+
         from .retry import call_with_retries
 
         kwargs: dict = {"dimensions": self._requested_dims} if self._requested_dims else {}
@@ -177,6 +225,8 @@ class OpenAICompatibleEmbedder:
         return call_with_retries(call, what=f"{self.provider} embeddings ({self.name})", deadline=deadline)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         parts = [self._embed_batch(texts[i : i + self._batch_size]) for i in range(0, len(texts), self._batch_size)]

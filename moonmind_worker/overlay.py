@@ -30,8 +30,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import numpy as np
-
 from . import observe
 from .contracts import PAYLOAD_SCHEMA_VERSION, WORKSPACE_OVERLAY, ChunkPayload, RetrievalQuery
 from .embedding import Embedder
@@ -42,6 +40,8 @@ from .store import Hit, Match, MatchAny, PointIn, Range, SearchSpec, SparseVec, 
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import numpy as np  # noqa: F401
+
     from .chunking import Chunk
     from .files import Skipped
 
@@ -199,6 +199,8 @@ def _tombstone(embedder: Embedder, rel: str, *, repo: str, tenant: str, run_id: 
         indexed_at=_iso(time.time()), trust_class=WORKSPACE_OVERLAY, run_id=run_id, expires_at=expires_at,
         deleted=True,
     )
+    import numpy as np
+
     unit = np.zeros(embedder.dimensions, dtype=np.float32)
     unit[0] = 1.0  # cosine needs a non-zero vector; tombstones are only found by filter, never by similarity
     return PointIn(

@@ -21,9 +21,10 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # annotations only: a search's query vector may be an array('f') (embedding.StaticEmbedder)
+    import numpy as np
 
 from .errors import MoonmindError, redact
 from .settings import Settings

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -59,6 +60,8 @@ def searcher(tmp_path_factory):
         return _run(env, base, "rag", "search", *args)
 
     run.root = root
+    run.env = env
+    run.cwd = base
     return run
 
 
@@ -226,3 +229,17 @@ def test_same_query_twice_gives_identical_output(searcher):
     b = searcher("--query", "cache redis ttl", "--filters", "repo=demo")
     assert a.code == 0 and a.stdout == b.stdout
     assert "docs/guide.md" in a.stdout
+
+
+def test_a_one_shot_ascii_search_loads_no_numpy_and_prints_what_the_numpy_path_prints(searcher):
+    args = ("rag", "search", "--query", "cache redis ttl", "--filters", "repo=demo")
+    lean = subprocess.run([MOONMIND, *args], env=dict(searcher.env, PYTHONPROFILEIMPORTTIME="1"), cwd=searcher.cwd,
+                          capture_output=True, text=True, timeout=120)
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in lean.stderr.splitlines() if line.startswith("import time:")}
+    assert "moonmind_worker" in imported, "import profile missing"
+    assert not imported & {"numpy", "tokenizers", "safetensors"}
+    with_numpy = "import sys, numpy; from moonmind_worker.cli import main; sys.exit(main(sys.argv[1:]))"
+    full = subprocess.run([sys.executable, "-c", with_numpy, *args], env=searcher.env, cwd=searcher.cwd,
+                          capture_output=True, text=True, timeout=120)
+    assert lean.returncode == full.returncode == 0, full.stderr
+    assert lean.stdout == full.stdout and "docs/guide.md" in lean.stdout
