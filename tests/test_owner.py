@@ -303,6 +303,14 @@ def test_owner_auto_starts_a_background_owner_that_answers_then_exits_when_idle(
             time.sleep(0.1)
 
 
+def test_a_background_owner_does_not_inherit_the_one_shot_searchs_blas_thread_setting(indexed, cli, home):
+    r = cli(*QUERY, extra_env={"MOONMIND_OWNER": "auto", "MOONMIND_OWNER_IDLE_S": "2"})
+    assert r.code == 0, r.stderr
+    pid = int((socket_of(home).parent / "owner.lock").read_text())
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert not any(v.startswith(b"OPENBLAS_NUM_THREADS=") for v in environ)  # the owner indexes too: all cores
+
+
 @pytest.mark.slow
 def test_an_owner_that_stops_answering_gives_a_bounded_error(owner, cli):
     os.kill(owner.pid, signal.SIGSTOP)
