@@ -68,11 +68,12 @@ def main() -> None:
 
 
 def _profile(source: Path) -> None:
-    from moonmind_worker import indexer, lexical
     from moonmind_worker.contracts import parse_query
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.indexing import indexer
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.runtime import get_embedder, get_store
     from moonmind_worker.settings import get_settings
+    from moonmind_worker.text import lexical
 
     settings = get_settings()
     embedder, store = get_embedder(settings), get_store(settings)

@@ -33,7 +33,7 @@ def _texts() -> list[str]:
 
 def test_the_numpy_free_query_vector_is_bit_for_bit_the_numpy_one():
     from moonmind_worker.embedding import STATIC_MODEL_DIR
-    from moonmind_worker.static_query import StaticQueryModel
+    from moonmind_worker.embedding.static_query import StaticQueryModel
 
     e, model = StaticEmbedder(), StaticQueryModel(STATIC_MODEL_DIR)
     texts = _texts()
@@ -49,7 +49,7 @@ def test_the_numpy_free_query_vector_is_bit_for_bit_the_numpy_one():
 
 def test_the_numpy_free_tokenizer_gives_the_model_tokenizers_ids_or_declines():
     from moonmind_worker.embedding import STATIC_MODEL_DIR
-    from moonmind_worker.static_query import StaticQueryModel
+    from moonmind_worker.embedding.static_query import StaticQueryModel
 
     e, model = StaticEmbedder(), StaticQueryModel(STATIC_MODEL_DIR)
     for text in _texts():

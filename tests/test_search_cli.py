@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import FIXTURE_FILES, MOONMIND, Result, _SCRUB, write_tree
+from conftest import _SCRUB, FIXTURE_FILES, MOONMIND, Result, write_tree
 
 #: FR-007's fields under this project's names (README "Contracts": source_file→source,
 #: content→text, processing_timestamp→indexed_at, similarity_score→score).
@@ -238,7 +238,7 @@ def test_a_one_shot_ascii_search_loads_no_numpy_and_prints_what_the_numpy_path_p
     imported = {line.split("|")[-1].strip().split(".")[0] for line in lean.stderr.splitlines() if line.startswith("import time:")}
     assert "moonmind_worker" in imported, "import profile missing"
     assert not imported & {"numpy", "tokenizers", "safetensors"}
-    with_numpy = "import sys, numpy; from moonmind_worker.cli import main; sys.exit(main(sys.argv[1:]))"
+    with_numpy = "import sys, numpy; from moonmind_worker.cli.main import main; sys.exit(main(sys.argv[1:]))"
     full = subprocess.run([sys.executable, "-c", with_numpy, *args], env=searcher.env, cwd=searcher.cwd,
                           capture_output=True, text=True, timeout=120)
     assert lean.returncode == full.returncode == 0, full.stderr
