@@ -238,6 +238,33 @@ def test_data_survives_reopening(filled, tmp_path):
         again.close()
 
 
+def test_a_query_vector_may_be_a_plain_float32_array(filled):
+    from array import array
+
+    q = _vec(0.9, 0.1, 0, 0)
+    as_numpy = filled.search([SearchSpec(where=Where(), limit=3, dense=q)])
+    as_array = filled.search([SearchSpec(where=Where(), limit=3, dense=array("f", q.tolist()))])  # the numpy-free query path
+    assert [(h.id, h.score) for h in as_array[0]] == [(h.id, h.score) for h in as_numpy[0]]
+
+
+def test_an_embedded_store_maps_its_graph_sparse_index_and_payload_indexes_instead_of_pinning_them(tmp_path):
+    import json
+
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        store.upsert(_points())
+        store.optimize()
+        store.flush()
+    finally:
+        store.close()
+    shard = tmp_path / "edge" / "test_coll" / "shard"
+    config = json.loads((shard / "edge_config.json").read_text())  # the engine's own record of the placement
+    assert config["hnsw_config"]["memory"] == config["sparse_vectors"]["bm25"]["memory"] == "cached"
+    indexes = [json.loads(p.read_text()) for p in shard.glob("segments/*/payload_index/config.json")]
+    assert indexes and all(f["memory"] == "cached" for i in indexes for f in i["indexed_fields"].values())
+
+
 # ------------------------------------------------- one owner per store ---
 
 

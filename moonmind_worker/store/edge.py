@@ -181,7 +181,9 @@ class EdgeStore:
             EdgeSparseVectorParams,
             EdgeVectorParams,
             FloatIndexParams,
+            HnswIndexConfig,
             KeywordIndexParams,
+            Memory,
             Modifier,
             UpdateOperation,
         )
@@ -191,16 +193,24 @@ class EdgeStore:
             import shutil
 
             shutil.rmtree(self.data_dir / "shard")
+        # Why Cached for the graph, the sparse index and the payload indexes (the engine's defaults pin
+        # them in RAM): pinned, every open copies them onto the heap (the sparse index, and a map per
+        # payload field), a cost that grows with the index and that a one-shot search pays whole;
+        # cached, they are memory-mapped from the same files and searched the same way (the same
+        # results), warmed into the page cache instead of copied. Not Cold: that evicts the files
+        # from the page cache on every open, and the first query then reads them from disk.
+        cached = Memory.Cached
         config = EdgeConfig(
             vectors={DENSE: EdgeVectorParams(size=dimensions, distance=Distance.Cosine)},
-            sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)},
+            sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf, memory=cached)},
+            hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, memory=cached),  # the defaults, but memory
         )
         shard = EdgeShard.create(str(self.data_dir / "shard"), config)
         for name, kind in PAYLOAD_INDEXES:
             params = {
-                "tenant": KeywordIndexParams(is_tenant=True),
-                "keyword": KeywordIndexParams(),
-                "float": FloatIndexParams(),
+                "tenant": KeywordIndexParams(is_tenant=True, memory=cached),
+                "keyword": KeywordIndexParams(memory=cached),
+                "float": FloatIndexParams(memory=cached),
             }[kind]
             shard.update(UpdateOperation.create_field_index(name, params))
         shard.flush()
