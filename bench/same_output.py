@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.same_output", description=__doc__.splitlines()[0])
     ap.add_argument("--home", required=True, help="an indexed MOONMIND_HOME (no owner running on it)")
     ap.add_argument("--moonmind", default=MOONMIND, help="the moonmind executable to run (default: this venv's)")
+    ap.add_argument("--only", nargs="+", metavar="CASE", help="run only these cases (default: all)")
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--save", metavar="DIR", help="write every output under DIR")
     mode.add_argument("--compare", metavar="DIR", help="diff every output against DIR")
@@ -71,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     env = env_for(Path(args.home))
     env["MOONMIND_OWNER"] = "off"
     differ = 0
-    for name, case in CASES:
+    cases = [(n, c) for n, c in CASES if not args.only or n in args.only]
+    for name, case in cases:
         outputs = run_case(args.moonmind, env, case)
         for part, text in outputs.items():
             path = Path(args.save or args.compare) / f"{name}.{part}"
@@ -84,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
                 differ += 1
                 sys.stdout.writelines(difflib.unified_diff(saved.splitlines(True), text.splitlines(True), str(path), "now", n=1))
     if args.save:
-        print(f"saved {len(CASES)} searches x 2 forms under {args.save}")
+        print(f"saved {len(cases)} searches x 2 forms under {args.save}")
     else:
-        print(f"{len(CASES)} searches x 2 forms: {differ} output(s) differ" if differ else
-              f"{len(CASES)} searches x 2 forms (stdout and stderr): byte-identical")
+        print(f"{len(cases)} searches x 2 forms: {differ} output(s) differ" if differ else
+              f"{len(cases)} searches x 2 forms (stdout and stderr): byte-identical")
     return 1 if differ else 0
 
 

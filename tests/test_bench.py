@@ -77,3 +77,17 @@ def test_index_profile_reports_every_stage_and_the_search_latency_it_buys(tmp_pa
     for stage in ("walk", "read", "chunk", "embed", "BM25 vectors", "store writes", "optimize"):
         assert f"| {stage}" in r.stdout, r.stdout
     assert "chunks/s" in r.stdout and "search p50 on plain segments" in r.stdout
+
+
+def test_same_output_finds_identical_searches_identical_and_reports_a_changed_one(prebuilt, home, tmp_path):
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bench.same_output", "--home", str(home), "--only", "q00", "symbol", *args],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    saved = tmp_path / "saved"
+    assert run("--save", str(saved)).returncode == 0
+    same = run("--compare", str(saved))
+    assert same.returncode == 0 and "byte-identical" in same.stdout
+    (saved / "q00.md.out").write_text((saved / "q00.md.out").read_text() + "one more line\n")
+    changed = run("--compare", str(saved))
+    assert changed.returncode == 1 and "-one more line" in changed.stdout and "1 output(s) differ" in changed.stdout
