@@ -15,14 +15,14 @@ score, then path, then offset, so identical input gives identical output.
 from __future__ import annotations
 
 from .. import observe
-from ..contracts import CANONICAL, ContextPack, RetrievalQuery, Usage
+from ..contracts import ContextPack, RetrievalQuery, Usage
 from ..embedding import Embedder, normalize_whitespace
 from ..errors import MoonmindError
 from ..ids import telemetry_id, utc_timestamp
 from ..settings import Settings
-from ..store import Match, MatchAny, SearchSpec, SparseVec, Store, Where
+from ..store import MatchAny, SearchSpec, SparseVec, Store, Where
 from ..store.guardrails import check_collection
-from ..store.scopes import Scope, canonical_query, query_conditions
+from ..store.scopes import Scope, canonical_query
 from ..text import lexical
 from . import ranking
 from .budgets import Deadline, check_trimmed, precheck_tokens, trim_to_tokens
@@ -191,7 +191,7 @@ def no_match_note(query: RetrievalQuery, scope: Scope | None, store: Store) -> s
         return generic
     try:
         unscoped = query.model_copy(update={"filters": query.filters.model_copy(update={"repo": None, "path": None, "language": None})})
-        must = (Match("trust_class", CANONICAL), *query_conditions(unscoped, scope))
+        must = canonical_query(unscoped, scope).must
         repos = indexed_repos(store, must)
     except Exception:  # noqa: BLE001 - a note never fails a search
         return generic
