@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import observe
 from .base import _unit
@@ -62,10 +62,10 @@ class OpenAICompatibleEmbedder:
 
         from ..retry import call_with_retries
 
-        kwargs: dict = {"dimensions": self._requested_dims} if self._requested_dims else {}
+        kwargs: dict[str, Any] = {"dimensions": self._requested_dims} if self._requested_dims else {}
 
         def call() -> np.ndarray:
-            extra = {}
+            extra: dict[str, Any] = {}
             if deadline is not None:  # each attempt waits at most what is left of the latency budget
                 extra["timeout"] = max(deadline - time.monotonic(), 0.001)
             resp = self._client.embeddings.create(model=self.name, input=texts, **kwargs, **extra)

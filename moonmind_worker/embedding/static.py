@@ -17,6 +17,8 @@ from .base import _unit, split_identifiers
 if TYPE_CHECKING:
     import numpy as np
 
+    from .static_query import StaticQueryModel
+
 STATIC_MODEL_DIR = Path(__file__).parent.parent / "models" / "static-minilm-256"
 
 
@@ -34,7 +36,7 @@ class StaticEmbedder:
         self._dir = model_dir
         self._dims = int(config["dimensions"])
         self._model: tuple | None = None  # (vectors, tokenizer, unk id): see _loaded
-        self._query_model = None  # static_query.StaticQueryModel, made on a numpy-free query
+        self._query_model: StaticQueryModel | None = None  # made on a numpy-free query
 
     def _loaded(self) -> tuple:
         if self._model is None:

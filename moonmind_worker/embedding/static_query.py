@@ -142,7 +142,8 @@ def _split_punctuation(chunk: str) -> list[str]:
     """BertPreTokenizer on a space-free ASCII run: every punctuation character is a word of its own."""
     if not chunk:
         return []
-    words, current = [], []
+    words: list[str] = []
+    current: list[str] = []
     for c in chunk:
         if c in _PUNCTUATION:
             if current:
