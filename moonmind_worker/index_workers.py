@@ -95,22 +95,12 @@ class Pool:
         return self._submit(_points, docs, repo, tenant)
 
     def close(self) -> None:
-        """Workers exit: at once on an error or interrupt (their unfinished jobs are dropped), else when idle."""
+        """Workers exit once their current job is done; jobs not started are dropped (an error or interrupt)."""
         executor, self._executor = self._executor, None
-        if executor is None:
-            return
-        import sys
-
-        if sys.exc_info()[0] is None:
-            executor.shutdown(wait=True)
-            return
-        processes = list((getattr(executor, "_processes", None) or {}).values())
-        executor.shutdown(wait=False, cancel_futures=True)
-        for p in processes:
-            try:
-                p.kill()
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        if executor is not None:
+            # not killed: a worker stopped mid-job leaves the pool's semaphores to the resource
+            # tracker, which then warns on stderr under the "interrupted" line; a job takes < 1 s
+            executor.shutdown(wait=True, cancel_futures=True)
 
 
 # --- in the worker processes ------------------------------------------------
