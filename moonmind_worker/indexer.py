@@ -45,6 +45,7 @@ class IndexSummary:
     skipped: list[Skipped] = field(default_factory=list)
     seconds: float = 0.0
     rechunked: bool = False
+    resumed: bool = False
 
     def report(self):
         """The wire form (contracts.IndexReport) every entry point prints from."""
@@ -61,6 +62,7 @@ class IndexSummary:
             f"({self.files_indexed} changed, {self.files_unchanged} unchanged, {self.files_deleted} deleted), "
             f"{self.chunks_written} chunks written ({rate:.0f}/s), {len(self.skipped)} skipped, {self.seconds:.2f}s"
             + ("; every file re-chunked (chunking changed since the last run)" if self.rechunked else "")
+            + ("; resumed a run that was cut short (the files it finished were kept)" if self.resumed else "")
         )
 
 
@@ -219,8 +221,12 @@ def index_repository(
         # recipe now, and a first index that is interrupted resumes (finished files are skipped by
         # hash) instead of re-chunking everything under a false "chunking changed"
         recipes[scope_key] = recipe
-        store.set_metadata(chunk_recipes=recipes)
         rechunk = False
+    # marked before the first write, cleared by the last: the next run knows this one was cut short
+    unfinished = dict((info.extra.get("unfinished_index_runs") if info else None) or {})
+    summary.resumed = scope_key in unfinished
+    unfinished[scope_key] = time.time()
+    store.set_metadata(chunk_recipes=recipes, unfinished_index_runs=unfinished)
 
     files = list(walk(root, summary.skipped))
     summary.files_seen = len(files)
@@ -321,7 +327,8 @@ def index_repository(
     store.delete_ids(gone)
     summary.chunks_deleted += len(gone)
     recipes[scope_key] = recipe
-    store.set_metadata(last_indexed_at=time.time(), chunk_recipes=recipes)
+    unfinished.pop(scope_key, None)
+    store.set_metadata(last_indexed_at=time.time(), chunk_recipes=recipes, unfinished_index_runs=unfinished)
     store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
     store.flush()
     summary.seconds = time.perf_counter() - started
