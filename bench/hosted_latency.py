@@ -29,9 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from http_servers import EmbeddingsServer  # noqa: E402 - tests/ is not a package
-
 from .measure import percentile  # noqa: E402
+from http_servers import EmbeddingsServer  # noqa: E402 - tests/ is not a package
 
 KEY = "sk-bench-hosted"
 
@@ -91,7 +90,7 @@ def main() -> int:
     os.environ.update(env)
     from moonmind_worker import observe
     from moonmind_worker.contracts import parse_query
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.runtime import close_all, get_embedder, get_store
     from moonmind_worker.settings import Settings
 

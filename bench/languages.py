@@ -140,9 +140,9 @@ def evaluate(corpora: list[Corpus], home: Path) -> list[dict]:
     os.environ["MOONMIND_TENANT"] = "bench"
     from moonmind_worker import runtime
     from moonmind_worker.contracts import parse_query
-    from moonmind_worker.evaluation import load_queries, run_eval
-    from moonmind_worker.indexer import index_repository
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.indexing.indexer import index_repository
+    from moonmind_worker.retrieval.evaluation import load_queries, run_eval
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.settings import get_settings
 
     get_settings.cache_clear()

@@ -58,7 +58,7 @@ def configs(udp_port: int) -> dict[str, dict[str, str | None]]:
 
 
 def apply(env: dict[str, str | None]) -> None:
-    from moonmind_worker import events, metrics
+    from moonmind_worker.observe import events, metrics
     from moonmind_worker.settings import get_settings
 
     for k, v in env.items():
@@ -86,9 +86,10 @@ def main() -> int:
     udp.bind(("127.0.0.1", 0))
     udp.setblocking(False)
     try:
-        from moonmind_worker import pipeline, runtime
+        from moonmind_worker import runtime
         from moonmind_worker.contracts import parse_query
-        from moonmind_worker.indexer import index_repository
+        from moonmind_worker.indexing.indexer import index_repository
+        from moonmind_worker.retrieval import pipeline
         from moonmind_worker.settings import get_settings
 
         apply(configs(0)["off"])

@@ -70,9 +70,9 @@ def make_world(kind: str, home: Path):
 
 def bench_upsert(kind: str, work: Path, repeats: int, budget: Budget) -> dict:
     from moonmind_worker.contracts import parse_query
-    from moonmind_worker.indexer import index_repository
-    from moonmind_worker.overlay import upsert_overlay
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.indexing.indexer import index_repository
+    from moonmind_worker.indexing.overlay import upsert_overlay
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
 
     home = work / f"home-{kind}"
     shutil.rmtree(home, ignore_errors=True)
@@ -161,9 +161,9 @@ def bench_cli(work: Path, budget: Budget) -> dict:
 
 
 def synthetic_points(n: int, dims: int, *, trust: str, run: str, expires_at: float | None, start: int, rng):
-    from moonmind_worker.chunking import sha256_text
     from moonmind_worker.contracts import ChunkPayload
     from moonmind_worker.store import PointIn, SparseVec
+    from moonmind_worker.text.chunking import sha256_text
 
     vecs = rng.standard_normal((n, dims)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
@@ -186,7 +186,7 @@ def synthetic_points(n: int, dims: int, *, trust: str, run: str, expires_at: flo
 
 def bench_sweep(kind: str, work: Path, n_expired: int, budget: Budget) -> dict:
     from moonmind_worker.contracts import WORKSPACE_OVERLAY
-    from moonmind_worker.overlay import clean_overlay
+    from moonmind_worker.indexing.overlay import clean_overlay
     from moonmind_worker.settings import Settings
     from moonmind_worker.store import Match, Range, Where, open_store
 

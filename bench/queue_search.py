@@ -133,7 +133,7 @@ def _forget_queues(broker: str, *queues: str) -> None:
         return
     import redis
 
-    from moonmind_worker.queue_client import queue_keys
+    from moonmind_worker.transports.queue_client import queue_keys
 
     try:
         r = redis.Redis.from_url(broker)

@@ -92,7 +92,7 @@ def search_stage(home: Path, rounds: int) -> dict:
     """In-process: time the store calls the pipeline makes (the search stage) and the whole pipeline."""
     os.environ["MOONMIND_HOME"] = str(home)
     from moonmind_worker.contracts import parse_query
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.runtime import close_all, get_embedder, get_store
     from moonmind_worker.settings import get_settings
 

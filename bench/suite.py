@@ -151,7 +151,7 @@ class Suite:
         os.environ["MOONMIND_TENANT"] = "bench"
         from moonmind_worker import runtime
         from moonmind_worker.contracts import parse_query
-        from moonmind_worker.pipeline import retrieve_context_pack
+        from moonmind_worker.retrieval.pipeline import retrieve_context_pack
         from moonmind_worker.settings import get_settings
 
         get_settings.cache_clear()
@@ -193,8 +193,8 @@ class Suite:
     def bench_quality(self, settings, embedder, store) -> None:
         """Ours vs BM25 alone (bm25s) on the same chunks: latency and, with the eval file, NDCG@10."""
         from moonmind_worker.contracts import parse_query
-        from moonmind_worker.evaluation import load_queries, run_eval
-        from moonmind_worker.pipeline import retrieve_context_pack
+        from moonmind_worker.retrieval.evaluation import load_queries, run_eval
+        from moonmind_worker.retrieval.pipeline import retrieve_context_pack
         from moonmind_worker.store import Match, Where
 
         repo = "tiny" if self.quick else "fastapi"
@@ -265,7 +265,7 @@ class Suite:
                      "≥ 0.90 (issue 17)", sum(eight) / len(eight) >= 0.90)
 
     def bench_overlay(self, settings, embedder, store, corpus) -> None:
-        from moonmind_worker.overlay import clean_overlay, upsert_overlay
+        from moonmind_worker.indexing.overlay import clean_overlay, upsert_overlay
 
         root = next(iter(corpus.values()))
         target = sorted(p for p in root.rglob("*.py") if p.stat().st_size > 2000)[0]
@@ -284,7 +284,7 @@ class Suite:
         import numpy as np
 
         from moonmind_worker.contracts import WORKSPACE_OVERLAY
-        from moonmind_worker.overlay import clean_overlay
+        from moonmind_worker.indexing.overlay import clean_overlay
         from moonmind_worker.settings import get_settings
         from moonmind_worker.store import EdgeStore, PointIn, SparseVec
 
@@ -432,7 +432,7 @@ class Suite:
         finally:
             stop_group(worker, 20)
             try:
-                from moonmind_worker.queue_client import queue_keys
+                from moonmind_worker.transports.queue_client import queue_keys
 
                 r.delete(*queue_keys(sq), *queue_keys(iq))
             except Exception:
@@ -441,7 +441,7 @@ class Suite:
     def bench_gateway(self, corpus: dict[str, Path]) -> None:
         """`rag search --transport gateway` wall, then wrk at concurrency 1/8/32 (parse_wrk from bench/gateway_bench.py)."""
         try:
-            import moonmind_worker.gateway  # noqa: F401
+            import moonmind_worker.gateway.app  # noqa: F401
         except ImportError:
             for name, goal in (("`rag search --transport gateway` wall", "—"),
                                ("gateway req/s at concurrency 1/8/32", "≥ 200 req/s, p99 ≤ 100 ms")):

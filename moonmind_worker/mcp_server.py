@@ -28,7 +28,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from .cli import version
+from .cli.main import version
 from .contracts import FILTER_KEYS, TOP_K_MAX, TOP_K_MIN, ContextPack
 from .errors import MoonmindError
 
@@ -165,7 +165,7 @@ def _settings():
 
 def search(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """The context pack for the arguments: (texts, ContextPack JSON) over the CLI's transports."""
-    from .commands.rag import search_request
+    from .cli.rag import search_request
     from .contracts import parse_query
     from .transports import search as run_search
 
@@ -213,7 +213,7 @@ def index(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[s
 
 def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """Upsert edited files into this run's overlay: the OverlayReport."""
-    from .commands.overlay import default_root
+    from .cli.overlay import default_root
     from .owner.client import execute
 
     settings = _settings()

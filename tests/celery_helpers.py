@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from moonmind_worker.queue_client import queue_keys
+from moonmind_worker.transports.queue_client import queue_keys
 
 BROKER = "redis://127.0.0.1:6379/4"
 BACKEND = "redis://127.0.0.1:6379/5"

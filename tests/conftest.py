@@ -185,7 +185,7 @@ def indexed(cli, repo: Path):
 @pytest.fixture(scope="session")
 def _index_template(tmp_path_factory) -> Path:
     from moonmind_worker.embedding import StaticEmbedder
-    from moonmind_worker.indexer import index_repository
+    from moonmind_worker.indexing.indexer import index_repository
     from moonmind_worker.settings import Settings
     from moonmind_worker.store import EdgeStore
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from conftest import MOONMIND, _SCRUB
+from conftest import _SCRUB, MOONMIND
 
 
 def free_port() -> int:
@@ -102,7 +102,7 @@ def copy_home(src: Path, dst: Path) -> Path:
 def index_in_process(home: Path, root: Path, pairs: list[tuple[str, str]], **settings_kw) -> None:
     """Index `root` once per (repo, tenant) in this process (one model load), then release the store."""
     from moonmind_worker.embedding import make_embedder
-    from moonmind_worker.indexer import index_repository
+    from moonmind_worker.indexing.indexer import index_repository
     from moonmind_worker.settings import Settings
     from moonmind_worker.store import open_store
 
@@ -118,7 +118,7 @@ def index_in_process(home: Path, root: Path, pairs: list[tuple[str, str]], **set
 def overlay_in_process(home: Path, root: Path, paths: list[str], runs: list[tuple[str, str, str]]) -> None:
     """Write workspace overlays for `paths` once per (run_id, repo, tenant), then release the store."""
     from moonmind_worker.embedding import make_embedder
-    from moonmind_worker.overlay import upsert_overlay
+    from moonmind_worker.indexing.overlay import upsert_overlay
     from moonmind_worker.settings import Settings
     from moonmind_worker.store import open_store
 

@@ -22,7 +22,7 @@ def bus(env):
     """A queue bound to every RAG event on the `moonmind.events` exchange (this helper's Redis DB)."""
     from kombu import Connection, Exchange, Queue
 
-    from moonmind_worker import events
+    from moonmind_worker.observe import events
 
     events.reset()
     conn = Connection(BROKER)
@@ -204,7 +204,7 @@ def test_celery_job_task_sees_the_capability_and_its_environment_then_its_overla
     from celery.contrib.testing.worker import start_worker
 
     from moonmind_worker import runtime
-    from moonmind_worker.overlay import upsert_overlay
+    from moonmind_worker.indexing.overlay import upsert_overlay
     from moonmind_worker.settings import get_settings
     from moonmind_worker.store import Match, Where
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moonmind_worker import chunking, code_chunks
-from moonmind_worker.chunking import Chunk, chunk_text
+from moonmind_worker.text import chunking, code_chunks
+from moonmind_worker.text.chunking import Chunk, chunk_text
 
 
 def _body(n: int, indent: str = "    ", comment: str = "#") -> str:

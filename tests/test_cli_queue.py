@@ -167,8 +167,8 @@ def test_an_invalid_query_gives_the_error_sync_gives(stack, bad, as_json):
 
 def test_the_cli_key_checks_stay_within_the_contracts():
     """`expect_keys` is a cheap version check; its key lists must name real, required contract fields."""
-    from moonmind_worker.commands.overlay import OVERLAY_CLEAN_KEYS, OVERLAY_REPORT_KEYS
-    from moonmind_worker.commands.rag import INDEX_REPORT_KEYS, PACK_KEYS, expect_keys
+    from moonmind_worker.cli.overlay import OVERLAY_CLEAN_KEYS, OVERLAY_REPORT_KEYS
+    from moonmind_worker.cli.rag import INDEX_REPORT_KEYS, PACK_KEYS, expect_keys
     from moonmind_worker.contracts import ContextPack, IndexReport, OverlayCleanResult, OverlayReport
     from moonmind_worker.errors import MoonmindError
 

@@ -38,7 +38,7 @@ def test_the_file_has_the_whole_stack_each_with_a_health_check(compose):
 
 
 def test_every_moonmind_and_celery_command_names_a_real_entry_point(compose):
-    from moonmind_worker.cli import build_parser
+    from moonmind_worker.cli.main import build_parser
 
     checked = 0
     for name, svc in compose["services"].items():
@@ -129,7 +129,7 @@ def test_every_named_volume_is_declared_and_the_workspace_mount_exists_read_only
 
 
 def test_the_gateway_token_file_lives_in_its_volume_and_the_documented_one_liner_creates_it(compose):
-    from moonmind_worker.cli import build_parser
+    from moonmind_worker.cli.main import build_parser
 
     gw = compose["services"]["gateway"]
     tokens = Path(gw["environment"]["MOONMIND_GATEWAY_TOKENS_FILE"])

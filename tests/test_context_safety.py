@@ -26,9 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import _SCRUB, MOONMIND
-from moonmind_worker.chunking import chunk_text
-from moonmind_worker.context_pack import (
+from moonmind_worker.contracts import ContextItem
+from moonmind_worker.retrieval.budgets import estimate_pack_tokens
+from moonmind_worker.retrieval.context_pack import (
     ORIGIN,
     fence_for,
     format_context_text,
@@ -36,10 +36,11 @@ from moonmind_worker.context_pack import (
     parse_context_text,
     snippet_body,
 )
-from moonmind_worker.contracts import ContextItem
-from moonmind_worker.budgets import estimate_pack_tokens
-from moonmind_worker.pipeline import trim_to_tokens
+from moonmind_worker.retrieval.pipeline import trim_to_tokens
 from moonmind_worker.settings import Settings
+from moonmind_worker.text.chunking import chunk_text
+
+from conftest import _SCRUB, MOONMIND
 
 FAST = settings(max_examples=60, deadline=None, database=None)
 E2E = settings(

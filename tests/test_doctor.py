@@ -145,7 +145,7 @@ def test_the_broker_configured_in_dotenv_is_the_one_checked(cli, prebuilt, tmp_p
 
 def test_a_keyword_broker_beats_the_environment_in_run_checks(env, prebuilt, monkeypatch):
     """The doctor probes the broker of the Settings it is given, not whatever the process environment says."""
-    from moonmind_worker.doctor import run_checks
+    from moonmind_worker.jobs.doctor import run_checks
     from moonmind_worker.settings import Settings
 
     monkeypatch.setenv("CELERY_BROKER_URL", f"redis://127.0.0.1:{closed_port()}/7")
@@ -155,7 +155,7 @@ def test_a_keyword_broker_beats_the_environment_in_run_checks(env, prebuilt, mon
 
 
 def test_run_checks_is_the_python_api_the_bootstrap_hook_uses(env, prebuilt):
-    from moonmind_worker.doctor import run_checks
+    from moonmind_worker.jobs.doctor import run_checks
     from moonmind_worker.settings import Settings
 
     report = run_checks(Settings())

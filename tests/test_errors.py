@@ -35,7 +35,7 @@ def test_only_infrastructure_failures_are_retried_by_tasks():
 
 
 def test_the_status_only_fallback_names_a_code_with_that_status():
-    from moonmind_worker.gateway_client import _BY_STATUS
+    from moonmind_worker.transports.gateway_client import _BY_STATUS
 
     for status, code in _BY_STATUS.items():
         assert CODES[code].http == status
@@ -48,7 +48,8 @@ def test_every_code_is_documented(code):
 
 def test_the_sets_the_rest_of_the_code_uses_are_the_tables_columns():
     import tasks.rag
-    from moonmind_worker import gateway, gateway_client
+    from moonmind_worker.gateway import app as gateway
+    from moonmind_worker.transports import gateway_client
 
     assert tasks.rag.TRANSIENT_CODES == codes_that("transient")
     assert gateway_client.FALLBACK_CODES == codes_that("fallback")

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from moonmind_worker import events
+from moonmind_worker.observe import events
 
 BROKER = "redis://127.0.0.1:6379/4"
 
@@ -162,7 +162,7 @@ def test_a_wildcard_binding_receives_events_from_a_process_that_never_imported_k
         bound = _bound_queue(conn, "*.doctor_failed")
         try:
             code = (
-                "import sys; from moonmind_worker import events; "
+                "import sys; from moonmind_worker.observe import events; "
                 "events.publish('doctor_failed', check='qdrant'); events.publish('job_rag_finished'); "
                 "print(sorted(m for m in ('kombu', 'redis') if m in sys.modules))"
             )

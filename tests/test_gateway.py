@@ -20,7 +20,14 @@ import pytest
 
 from conftest import FIXTURE_FILES, write_tree
 from gateway_helpers import (
-    Gateway, add_token, clean_env, copy_home, index_in_process, overlay_in_process, run_cli, start_gateway,
+    Gateway,
+    add_token,
+    clean_env,
+    copy_home,
+    index_in_process,
+    overlay_in_process,
+    run_cli,
+    start_gateway,
 )
 
 #: (repo, tenant) pairs indexed; only ("demo", "acme") is inside the narrow token's scope.
@@ -140,7 +147,7 @@ def test_auto_transport_uses_the_gateway_without_any_qdrant_configuration(world,
 def test_gateway_transport_imports_no_qdrant_numpy_or_web_framework(world):
     code = (
         "import sys, io, contextlib\n"
-        "from moonmind_worker.cli import main\n"
+        "from moonmind_worker.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    rc = main(['rag', 'search', '--query', {QUERY!r}, '--no-fallback'])\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules}\n"

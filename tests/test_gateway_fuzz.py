@@ -15,9 +15,11 @@ import pytest
 import requests
 import schemathesis
 import schemathesis.specs.openapi.schemas  # noqa: F401 - imported at module level, not deep inside a test:
+
 # compiling it there (no .pyc yet) hit CPython 3.11.7's "AST constructor recursion depth mismatch"
 # (gh-106905, fixed in 3.11.8) twice on a loaded machine
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 

@@ -52,7 +52,7 @@ def store_kind(request, env, monkeypatch, tmp_path):
 
 def _index_static(settings, repo):
     from moonmind_worker.embedding import StaticEmbedder
-    from moonmind_worker.indexer import index_repository
+    from moonmind_worker.indexing.indexer import index_repository
     from moonmind_worker.store import open_store
 
     store = open_store(settings)
@@ -64,7 +64,7 @@ def test_dimension_mismatch_refuses_before_any_query_reaches_the_store(store_kin
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import make_embedder
     from moonmind_worker.errors import MoonmindError
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.settings import Settings
 
     store = _index_static(Settings(), repo)
@@ -103,7 +103,7 @@ def test_same_dimension_model_swap_is_refused(env, repo, monkeypatch):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import StaticEmbedder
     from moonmind_worker.errors import MoonmindError
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.settings import Settings
 
     store = _index_static(Settings(), repo)
@@ -147,7 +147,7 @@ def test_unreadable_schema_version_is_refused(env, repo):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import StaticEmbedder
     from moonmind_worker.errors import MoonmindError
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.settings import Settings
 
     store = _index_static(Settings(), repo)
@@ -193,7 +193,7 @@ def test_qdrant_auth_failures_are_told_apart_and_not_retried(cli, status, key, c
 def test_overlay_write_with_a_drifted_model_is_refused_before_any_write(env, repo):
     from moonmind_worker.embedding import StaticEmbedder
     from moonmind_worker.errors import MoonmindError
-    from moonmind_worker.overlay import upsert_overlay
+    from moonmind_worker.indexing.overlay import upsert_overlay
     from moonmind_worker.settings import Settings
 
     store = _index_static(Settings(), repo)

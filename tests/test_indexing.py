@@ -173,11 +173,11 @@ def test_a_file_whose_name_is_not_utf8_is_skipped_and_the_rest_is_indexed(cli, r
 def test_a_run_stopped_between_upsert_and_stale_delete_is_repaired_by_the_next_run(cli, repo, env):
     """Two versions of a file side by side (the new chunks written, the old not yet deleted) are never
     taken for "unchanged": the next run writes each such file again and leaves one complete version."""
-    from moonmind_worker.chunking import chunk_text
     from moonmind_worker.embedding import StaticEmbedder
-    from moonmind_worker.indexer import build_points, content_hash
+    from moonmind_worker.indexing.indexer import build_points, content_hash
     from moonmind_worker.settings import Settings
     from moonmind_worker.store import open_store
+    from moonmind_worker.text.chunking import chunk_text
 
     names = [f"api/module_{n}.py" for n in range(16)]
     (repo / "api").mkdir()
@@ -208,7 +208,7 @@ def test_a_run_stopped_between_upsert_and_stale_delete_is_repaired_by_the_next_r
 
 def test_a_nested_gitignore_negation_re_includes_what_the_root_excluded(cli, repo):
     """git's rule: the deepest .gitignore with a matching pattern decides."""
-    from moonmind_worker.files import excluded_reason
+    from moonmind_worker.text.files import excluded_reason
 
     (repo / ".gitignore").write_text("*.log\n")
     (repo / "debug.log").write_text("root level log line about the cache\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moonmind_worker import lexical
+from moonmind_worker.text import lexical
 
 
 def test_a_plural_meets_its_singular_when_the_word_ends_in_e():

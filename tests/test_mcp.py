@@ -153,7 +153,7 @@ def test_no_other_command_imports_the_mcp_sdk(env, tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from moonmind_worker.cli import build_parser; "
+    code = ("import sys; from moonmind_worker.cli.main import build_parser; "
             "[build_parser(a) for a in (['rag', 'search', 'x'], ['mcp'], None)]; "
             "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)

@@ -15,6 +15,7 @@ import time
 import uuid
 
 import pytest
+
 from http_servers import EmbeddingsServer, closed_port
 
 BROKER = "redis://127.0.0.1:6379/7"
@@ -28,10 +29,12 @@ SCOPE = {"MOONMIND_JOB_ID": "job-obs", "MOONMIND_RUN_ID": "run-obs", "MOONMIND_R
 @pytest.fixture
 def mm(env, monkeypatch, capsys):
     """Run `moonmind ARGS` in this process with extra env; module state is reset like a fresh process."""
-    from conftest import Result
-
-    from moonmind_worker import cli, events, metrics, runtime
+    from moonmind_worker import runtime
+    from moonmind_worker.cli import main as cli
+    from moonmind_worker.observe import events, metrics
     from moonmind_worker.settings import get_settings
+
+    from conftest import Result
 
     def fresh() -> None:
         get_settings.cache_clear()
@@ -105,7 +108,7 @@ class EventConsumer:
     def __init__(self) -> None:
         from kombu import Connection, Exchange, Queue
 
-        from moonmind_worker import events
+        from moonmind_worker.observe import events
 
         self.conn = Connection(BROKER)
         q = Queue(f"test-obs-{uuid.uuid4().hex}", Exchange(events.EXCHANGE, type="topic", durable=True), routing_key="rag.#")
@@ -198,7 +201,7 @@ def test_statsd_prefix_is_configurable(mm, mm_indexed, statsd_server):
 
 
 def test_metrics_are_off_without_statsd_host(env):
-    from moonmind_worker import metrics
+    from moonmind_worker.observe import metrics
 
     metrics.reset()
     assert metrics.client() is None
@@ -206,7 +209,7 @@ def test_metrics_are_off_without_statsd_host(env):
 
 
 def test_unresolvable_statsd_host_never_blocks_a_send(env, monkeypatch):
-    from moonmind_worker import metrics
+    from moonmind_worker.observe import metrics
     from moonmind_worker.settings import get_settings
 
     monkeypatch.setenv("STATSD_HOST", "statsd.moonmind.invalid")
@@ -265,9 +268,9 @@ def test_unreachable_qdrant_emits_embedding_aborted_before_exit(mm, consumer, st
 
 
 def test_embedding_server_error_reports_every_attempt(env, monkeypatch, embed_server, consumer, tmp_path):
-    from moonmind_worker import events, metrics
     from moonmind_worker.embedding import make_embedder
     from moonmind_worker.errors import MoonmindError
+    from moonmind_worker.observe import events, metrics
     from moonmind_worker.settings import get_settings
 
     for k, v in {**embed_server.provider_env(EMBED_KEY), **SCOPE, **consumer.env, "MOONMIND_EMBEDDING_DIMENSIONS": "16"}.items():

@@ -17,9 +17,10 @@ import pytest
 
 from moonmind_worker.contracts import WORKSPACE_OVERLAY, parse_query
 from moonmind_worker.errors import MoonmindError
-from moonmind_worker.indexer import index_repository
-from moonmind_worker.overlay import clean_overlay, list_overlay, parse_duration, plan_search, upsert_overlay
-from moonmind_worker.pipeline import Candidate, rank, retrieve_context_pack
+from moonmind_worker.indexing.indexer import index_repository
+from moonmind_worker.indexing.overlay import clean_overlay, list_overlay, parse_duration, upsert_overlay
+from moonmind_worker.retrieval.overlay_plan import plan_search
+from moonmind_worker.retrieval.pipeline import Candidate, rank, retrieve_context_pack
 from moonmind_worker.store import Match, Range, SearchSpec, Where
 
 from conftest import FIXTURE_FILES, write_tree

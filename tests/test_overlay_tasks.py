@@ -12,7 +12,15 @@ import uuid
 import pytest
 
 from celery_helpers import (
-    BACKEND, configure_app, purge, queue_env, redis, start_worker_process, stop, unique_queues, wait_for_consumer,
+    BACKEND,
+    configure_app,
+    purge,
+    queue_env,
+    redis,
+    start_worker_process,
+    stop,
+    unique_queues,
+    wait_for_consumer,
 )
 from conftest import _SCRUB, FIXTURE_FILES, MOONMIND, write_tree
 
@@ -117,7 +125,7 @@ def test_the_beat_sweep_removes_expired_overlays_only(indexed, app_queues, tmp_p
     from celery.contrib.testing.worker import start_worker
 
     from moonmind_worker import runtime
-    from moonmind_worker.overlay import upsert_overlay
+    from moonmind_worker.indexing.overlay import upsert_overlay
     from moonmind_worker.settings import get_settings
     from moonmind_worker.store import Match, Where
     from tasks.celeryapp import SWEEP_SCHEDULE_NAME

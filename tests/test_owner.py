@@ -428,7 +428,7 @@ def test_the_command_table_names_the_module_that_registers_each_command():
     """`cli.COMMANDS` lets a command build only its own parser; it must match what the modules register."""
     import argparse
 
-    from moonmind_worker.cli import COMMANDS, build_parser
+    from moonmind_worker.cli.main import COMMANDS, build_parser
 
     registered = set()
     root = build_parser()
@@ -443,7 +443,7 @@ def test_the_command_table_names_the_module_that_registers_each_command():
 
 
 def test_a_command_with_its_own_parser_only_parses_like_the_full_one():
-    from moonmind_worker.cli import build_parser
+    from moonmind_worker.cli.main import build_parser
 
     argv = ["rag", "search", "--query", "x", "--top-k", "3", "--filters", "repo=a"]
     full, own = build_parser().parse_args(argv), build_parser(argv).parse_args(argv)

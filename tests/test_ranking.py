@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moonmind_worker.ranking import Candidate, defines_in_text, is_symbol_query, path_match, score
+from moonmind_worker.retrieval.ranking import Candidate, defines_in_text, is_symbol_query, path_match, score
 
 
 def cand(path: str, text: str, cosine: float, bm25: float, offset: int = 0, title: str = "") -> Candidate:
@@ -103,7 +103,7 @@ def test_a_bare_word_query_lifts_the_chunk_that_defines_it():
 
 
 def test_a_query_whose_words_occur_nowhere_scores_below_the_default_threshold():
-    from moonmind_worker.pipeline import THRESHOLDS
+    from moonmind_worker.retrieval.pipeline import THRESHOLDS
 
     # a static model gives unrelated text a cosine near 0.5: without a word in common that is noise
     noise = [cand(f"src/m{i}.py", "def build(): return make()", 0.56 - i * 0.02, 0.0, title="build") for i in range(5)]

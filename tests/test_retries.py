@@ -103,10 +103,10 @@ def test_connection_refused_is_reported_as_cannot_connect(env, monkeypatch):
 
 
 def test_retries_stop_at_the_callers_latency_budget(env, monkeypatch, embeddings):
+    import openai
+
     from moonmind_worker.errors import MoonmindError
     from moonmind_worker.retry import call_with_retries
-
-    import openai
 
     embeddings.always_status = 503
     client = openai.OpenAI(api_key="sk-budget", base_url=embeddings.base_url, max_retries=0)
@@ -140,7 +140,7 @@ class _FlakyClient:
 @pytest.fixture
 def local_store(env, repo, monkeypatch, tmp_path):
     from moonmind_worker.embedding import StaticEmbedder
-    from moonmind_worker.indexer import index_repository
+    from moonmind_worker.indexing.indexer import index_repository
     from moonmind_worker.settings import Settings
     from moonmind_worker.store import open_store
 
@@ -155,7 +155,7 @@ def local_store(env, repo, monkeypatch, tmp_path):
 def test_qdrant_connection_reset_mid_query_is_retried(local_store):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import StaticEmbedder
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
 
     settings, store = local_store
     store._client = flaky = _FlakyClient(store._client, failures=2, exc=ConnectionResetError("reset by peer"))
@@ -169,7 +169,7 @@ def test_qdrant_down_for_good_fails_with_connectivity_and_no_pack(local_store):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import StaticEmbedder
     from moonmind_worker.errors import MoonmindError
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.retry import MAX_ATTEMPTS
 
     settings, store = local_store

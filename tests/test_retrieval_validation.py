@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from moonmind_worker.retrieval.evaluation import first_target_rank, ndcg_at_k, recall_at_k
+
 from conftest import write_tree
-from moonmind_worker.evaluation import ndcg_at_k, recall_at_k, first_target_rank
 
 FR007 = (
     "chunk_id", "source", "section_title", "text", "content_hash", "chunk_sequence", "total_chunks",

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import FIXTURE_FILES, MOONMIND, Result, _SCRUB, write_tree
+from conftest import _SCRUB, FIXTURE_FILES, MOONMIND, Result, write_tree
 
 #: FR-007's fields under this project's names (README "Contracts": source_file→source,
 #: content→text, processing_timestamp→indexed_at, similarity_score→score).

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOONMIND
 from moonmind_worker.errors import EXIT_USAGE, MoonmindError
 from moonmind_worker.settings import Settings
+
+from conftest import MOONMIND
 
 
 @pytest.fixture
@@ -137,7 +138,7 @@ def test_the_cli_reports_an_invalid_setting_with_its_exit_code(env, tmp_path):
 
 def test_search_path_imports_neither_pydantic_settings_nor_remote_clients(env, indexed):
     code = (
-        "import sys; from moonmind_worker.cli import main; "
+        "import sys; from moonmind_worker.cli.main import main; "
         "rc = main(['rag', 'search', '--query', 'bearer token', '--filters', 'repo=demo']); "
         "bad = [m for m in ('pydantic_settings', 'qdrant_client', 'openai', 'celery', 'fastapi') if m in sys.modules]; "
         "print('LOADED', bad, rc)"

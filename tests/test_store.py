@@ -13,7 +13,15 @@ import pytest
 
 from moonmind_worker.settings import Settings
 from moonmind_worker.store import (
-    EdgeStore, Match, MatchAny, PointIn, QdrantClientStore, Range, SearchSpec, SparseVec, Where,
+    EdgeStore,
+    Match,
+    MatchAny,
+    PointIn,
+    QdrantClientStore,
+    Range,
+    SearchSpec,
+    SparseVec,
+    Where,
 )
 
 DIMS = 4

@@ -142,11 +142,11 @@ def test_searches_keep_working_against_the_old_collection_during_the_sync(cli, p
 def test_qdrant_client_path_switches_an_alias_and_drops_the_old_collection(env, repo, embeddings, monkeypatch, tmp_path):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import StaticEmbedder, make_embedder
-    from moonmind_worker.indexer import index_repository
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.indexing.indexer import index_repository
+    from moonmind_worker.indexing.sync import sync_embedding
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.settings import Settings
     from moonmind_worker.store import open_store
-    from moonmind_worker.sync import sync_embedding
 
     monkeypatch.setenv("QDRANT_URL", str(tmp_path / "qdrant-local"))
     store = open_store(Settings())

@@ -37,7 +37,7 @@ def _comparable(pack: dict) -> dict:
 def test_search_task_returns_the_same_pack_as_the_pipeline(indexed, app, queues):
     from moonmind_worker import runtime
     from moonmind_worker.contracts import ContextPack, parse_query
-    from moonmind_worker.pipeline import retrieve_context_pack
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.settings import get_settings
 
     query = {"query": "where are bearer tokens checked", "filters": {"repo": "demo"}, "top_k": 3}

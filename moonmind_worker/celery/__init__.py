@@ -4,11 +4,13 @@ The canonical, namespaced path: a user's own `tasks.py` cannot shadow it. The de
 top-level `tasks` package (`celery -A tasks worker`) is a thin alias of this one.
 
 `app` is configured from moonmind_worker's settings; importing this package registers the RAG
-tasks (stable names in `moonmind_worker.queue_client`) and the job hook's signal handlers.
+tasks (stable names in `moonmind_worker.transports.queue_client`) and the job hook's signal handlers.
 """
 
-from . import job_signals  # noqa: F401 - the job hook (task_prerun/postrun)
-from . import tasks  # noqa: F401 - registers the tasks
+from . import (
+    job_signals,  # noqa: F401 - the job hook (task_prerun/postrun)
+    tasks,  # noqa: F401 - registers the tasks
+)
 from .worker import app
 
 __all__ = ["app"]

@@ -20,8 +20,7 @@ from typing import Any
 from celery import Task, signals
 
 from moonmind_worker.errors import MoonmindError
-
-from moonmind_worker.job_hook import BANNER, finish_job, job_of, start_job
+from moonmind_worker.jobs.hook import BANNER, finish_job, job_of, start_job
 
 log = logging.getLogger("moonmind.bootstrap")
 

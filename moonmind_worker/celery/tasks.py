@@ -4,7 +4,7 @@ Arguments and results are the pydantic contracts as JSON, validated on both side
 task: arguments on receipt (with the same function the sync CLI uses, e.g.
 `contracts.parse_query`), results by being produced from the contract models. The CLI's
 queue mode sends the request fields unvalidated and prints the result without
-re-validating it (it imports no pydantic; see `moonmind_worker.commands.rag`), so this is
+re-validating it (it imports no pydantic; see `moonmind_worker.cli.rag`), so this is
 where validation happens — once. A task that fails raises `RagTaskError(code, message,
 action)` — JSON-safe, so any client gets the same error envelope the sync CLI prints.
 
@@ -25,8 +25,8 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from moonmind_worker import queue_client
 from moonmind_worker.errors import MoonmindError, codes_that
+from moonmind_worker.transports import queue_client
 
 from .worker import app
 

@@ -10,7 +10,7 @@ Why these choices:
 * the embedded store allows one owning process: prefork with concurrency > 1 on it is
   refused at start (the default concurrency is 1 when no ``QDRANT_URL`` is set);
 * heartbeats in ``moonmind:consumers:<queue>`` let the CLI say "no worker consuming"
-  before it sends anything (see `moonmind_worker.queue_client`).
+  before it sends anything (see `moonmind_worker.transports.queue_client`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import time
 from celery import Celery, bootsteps, signals
 from kombu import Queue
 
-from moonmind_worker import queue_client
 from moonmind_worker.errors import EXIT_CONFIG, redact
-
 from moonmind_worker.settings import Settings, get_settings
+from moonmind_worker.transports import queue_client
 
 log = logging.getLogger("moonmind.tasks")
 

@@ -222,7 +222,7 @@ def execute(
         try:
             return owner.call(op, args, scope=scope_of(settings), progress=progress, timeout_s=timeout_s)
         except OwnerGone:
-            from ..cli import note
+            from ..cli.main import note
 
             note(f"the store's owner (PID {pid}) went away during {op}; running it in this process instead")
     from .ops import run
@@ -240,7 +240,7 @@ def start_background_owner(settings: Any, collection: str) -> Owner | None:
 
     log = Path(settings.moonmind_home) / "owner.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "moonmind_worker.cli", "serve", "--idle-exit", f"{settings.owner_idle_s:g}"]
+    cmd = [sys.executable, "-m", "moonmind_worker.cli.main", "serve", "--idle-exit", f"{settings.owner_idle_s:g}"]
     env = dict(os.environ, MOONMIND_COLLECTION=collection, MOONMIND_OWNER="off")
     with open(log, "ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module

@@ -31,7 +31,7 @@ def search(settings, args: dict[str, Any], progress: Progress = None) -> dict[st
     """RetrievalQuery fields → ContextPack JSON (validated here, once, by the contract function)."""
     from .. import observe
     from ..contracts import parse_query
-    from ..pipeline import retrieve_context_pack
+    from ..retrieval.pipeline import retrieve_context_pack
 
     query = parse_query(args["query"]).model_copy(update={"transport": "direct"})
     embedder, store = _resources(settings)
@@ -45,7 +45,7 @@ def search(settings, args: dict[str, Any], progress: Progress = None) -> dict[st
 
 def index(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
     """IndexRequest fields → IndexReport JSON."""
-    from ..indexer import index_repository
+    from ..indexing.indexer import index_repository
 
     root = Path(args["path"])
     if not root.is_dir():
@@ -59,7 +59,7 @@ def index(settings, args: dict[str, Any], progress: Progress = None) -> dict[str
 
 def overlay_upsert(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
     """OverlayUpsertRequest fields → OverlayReport JSON (`line` included)."""
-    from ..overlay import parse_duration, upsert_overlay
+    from ..indexing.overlay import parse_duration, upsert_overlay
 
     embedder, store = _resources(settings)
     summary = upsert_overlay(
@@ -72,7 +72,7 @@ def overlay_upsert(settings, args: dict[str, Any], progress: Progress = None) ->
 def overlay_clean(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
     """A run's overlay, or every expired overlay point, removed → OverlayCleanResult JSON."""
     from .. import runtime
-    from ..overlay import clean_overlay
+    from ..indexing.overlay import clean_overlay
 
     run_id, expired = args.get("run_id"), bool(args.get("expired"))
     removed = clean_overlay(run_id=run_id, expired=expired, settings=settings, store=runtime.get_store(settings))
@@ -81,14 +81,14 @@ def overlay_clean(settings, args: dict[str, Any], progress: Progress = None) -> 
 
 def overlay_list(settings, args: dict[str, Any], progress: Progress = None) -> list[dict[str, Any]]:
     from .. import runtime
-    from ..overlay import list_overlay
+    from ..indexing.overlay import list_overlay
 
     return list_overlay(run_id=args.get("run_id"), settings=settings, store=runtime.get_store(settings))
 
 
 def stats(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
     """What the index holds for a repository: the statistics and their printed form."""
-    from ..stats import collect_stats, format_stats
+    from ..indexing.stats import collect_stats, format_stats
 
     embedder, store = _resources(settings)
     root = Path(args["root"]) if args.get("root") else None
@@ -98,14 +98,14 @@ def stats(settings, args: dict[str, Any], progress: Progress = None) -> dict[str
 
 def checks(settings, args: dict[str, Any], progress: Progress = None) -> list[dict[str, Any]]:
     """The doctor's direct checks (embedding, store, collection, model, a real query) run by this process."""
-    from ..doctor import direct_checks
+    from ..jobs.doctor import direct_checks
 
     return [asdict(c) for c in direct_checks(settings)]
 
 
 def sync_embedding(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
     from .. import runtime
-    from ..sync import sync_embedding as sync
+    from ..indexing.sync import sync_embedding as sync
 
     collection = args.get("collection")
     result = sync(

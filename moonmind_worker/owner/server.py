@@ -284,7 +284,7 @@ def _json_safe(value: Any) -> bool:
 @contextmanager
 def _event_scope(settings: Any) -> Iterator[None]:
     """Queue events of this request carry the client's job scope, not the owner's environment."""
-    from ..events import scope_override
+    from ..observe.events import scope_override
     from .client import SCOPE_FIELDS
 
     token = scope_override.set({k: getattr(settings, k) for k in SCOPE_FIELDS})

@@ -64,7 +64,7 @@ def search(
 
         if err.code not in FALLBACK_CODES or (fallback or settings.retrieval_fallback) != "direct" or not local_available(settings):
             raise
-        from ..cli import note
+        from ..cli.main import note
 
         note(redact(f"the RetrievalGateway failed ({err.code}: {err.message}); falling back to direct retrieval "
                     "(--no-fallback to disable)", settings.secrets()))

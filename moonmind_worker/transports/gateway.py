@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import MoonmindError
-from ..gateway_client import FALLBACK_CODES  # noqa: F401 - the codes `transports.search` falls back on
+from .gateway_client import FALLBACK_CODES  # noqa: F401 - the codes `transports.search` falls back on
 
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ class GatewayTransport:
 
     def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         from ..contracts import parse_query
-        from ..gateway_client import fetch_pack
+        from .gateway_client import fetch_pack
 
         settings = self.settings
         if not settings.retrieval_url:

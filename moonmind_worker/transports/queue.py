@@ -17,8 +17,8 @@ class QueueTransport:
         self.settings = settings
 
     def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-        from ..commands.rag import expect_keys
-        from ..queue_client import SEARCH, run_task
+        from ..cli.rag import expect_keys
+        from .queue_client import SEARCH, run_task
 
         s = self.settings
         budgets = request.get("budgets") or {}

@@ -3,7 +3,7 @@
 Issue 18 (major 2, and "make those runs part of the suite"): an exit between a batch's upsert and
 its stale-chunk delete left files with chunks of two versions for good. Here a real `moonmind`
 process is stopped with `os._exit` (no cleanup, no flush: what SIGKILL or a power cut does) just
-before and just after each write it makes (`moonmind_worker/faults.py`), on both engines, and
+before and just after each write it makes (`moonmind_worker/store/faults.py`), on both engines, and
 the next plain run must leave every file whole: all of its chunks of its current version, none
 missing, nothing of deleted files.
 """
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from moonmind_worker.store.faults import CRASH_EXIT
+
 from conftest import _SCRUB, MOONMIND
-from moonmind_worker.faults import CRASH_EXIT
 
 REPO, TENANT, RUN = "torn", "acme", "run-1"
 
@@ -99,7 +100,7 @@ def _points(ops: list[str]) -> list[tuple[str, int, str]]:
 
 def _torn(files: dict[str, list[dict]], root: Path, paths: list[str]) -> list[str]:
     """Paths whose stored chunks are not exactly one complete copy of the file as it is now."""
-    from moonmind_worker.indexer import content_hash
+    from moonmind_worker.indexing.indexer import content_hash
 
     bad = []
     for rel in sorted(set(files) | set(paths)):

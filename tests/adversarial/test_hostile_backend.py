@@ -17,9 +17,10 @@ import uuid
 
 import pytest
 
+from moonmind_worker.transports import queue_client
+
 from celery_helpers import purge, queue_env, redis, start_worker_process, stop, unique_queues, wait_for_consumer
 from conftest import _SCRUB, MOONMIND
-from moonmind_worker import queue_client
 
 
 def _closed_port() -> int:

@@ -11,9 +11,10 @@ import re
 
 import pytest
 
+from moonmind_worker.retrieval.context_pack import neutralise
+
 from conftest import write_tree
 from http_servers import StatusServer
-from moonmind_worker.context_pack import neutralise
 
 #: What must never reach a terminal raw: C0/C1 controls (ESC above all) and bidi/invisible format characters.
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")

@@ -1,0 +1,256 @@
+"""`moonmind` — the command line. A thin adapter: parse, call the pipeline, print.
+
+Imports stay lazy so a search pays only for what it uses (no qdrant-client or
+openai import on the embedded default). Every failure is printed as
+`error[code]: message` + the remedy on stderr (the JSON envelope with --json),
+nothing is written to stdout, and the exit code says the class of failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+
+from ..errors import EXIT_INTERNAL, EXIT_USAGE, MoonmindError, has_surrogate
+
+#: Annotations only: `typing` costs ~3.5 ms of import on the thin client's path (owner/client.py),
+#: about 5% of a `rag search` served by the box's owner. mypy treats this constant like typing's.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+
+#: Command modules; each has `register(groups)` that adds its sub-commands.
+COMMAND_MODULES = [
+    "moonmind_worker.cli.rag",
+    "moonmind_worker.cli.worker",
+    "moonmind_worker.cli.overlay",
+    "moonmind_worker.cli.quality",
+    "moonmind_worker.cli.packs",
+    "moonmind_worker.cli.job",
+    "moonmind_worker.cli.sync",
+    "moonmind_worker.cli.gateway",
+    "moonmind_worker.cli.serve",
+    "moonmind_worker.cli.mcp",
+]
+
+#: Which module registers each command, so a command builds only its own parser: building all of
+#: them (21 argparse parsers, 9 modules) cost ~15 ms of a ~60 ms `rag search` through the owner.
+#: `tests/test_owner.py` checks this table against what the modules register.
+COMMANDS: dict[tuple[str, str], str] = {
+    ("rag", "index"): "moonmind_worker.cli.rag",
+    ("rag", "search"): "moonmind_worker.cli.rag",
+    ("rag", "overlay"): "moonmind_worker.cli.overlay",
+    ("rag", "eval"): "moonmind_worker.cli.quality",
+    ("rag", "stats"): "moonmind_worker.cli.quality",
+    ("rag", "packs"): "moonmind_worker.cli.packs",
+    ("rag", "sync-embedding"): "moonmind_worker.cli.sync",
+    ("worker", "doctor"): "moonmind_worker.cli.worker",
+    ("job", "start"): "moonmind_worker.cli.job",
+    ("job", "finish"): "moonmind_worker.cli.job",
+    ("gateway", "serve"): "moonmind_worker.cli.gateway",
+    ("gateway", "add-token"): "moonmind_worker.cli.gateway",
+    ("serve", ""): "moonmind_worker.cli.serve",
+    ("mcp", ""): "moonmind_worker.cli.mcp",
+}
+
+#: Commands without sub-commands (`moonmind serve`, `moonmind mcp`).
+SINGLE = ("serve", "mcp")
+
+GROUPS = {
+    "rag": "retrieval: index, search and related tools",
+    "worker": "worker set-up checks",
+    "job": "job lifecycle hooks",
+    "gateway": "the RetrievalGateway HTTP service",
+}
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter without `shutil`: every parser builds one, and importing shutil (for the
+    terminal width, which only help output needs) cost ~4 ms of each command's start."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
+        if width is None:
+            width = _terminal_columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns: $COLUMNS, else the terminal's, else 80."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors through the same envelope and exit code."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise MoonmindError("invalid_argument", f"{self.prog}: {message}", f"See `{self.prog} --help`.")
+
+
+def modules_for(argv: list[str] | None) -> list[str]:
+    """The command modules `argv` needs: the one that registers its command, or all (help, a typo)."""
+    if argv:
+        key = (argv[0], "") if argv[0] in SINGLE else (argv[0], argv[1] if len(argv) > 1 else "")
+        if key in COMMANDS:
+            return [COMMANDS[key]]
+    return COMMAND_MODULES
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`'s command (every command when `argv` is None or names none)."""
+    parser = _Parser(prog="moonmind", description="Deterministic retrieval for coding-agent workers.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    top = parser.add_subparsers(dest="group", metavar="{" + ",".join([*GROUPS, *SINGLE]) + "}", parser_class=_Parser)
+    groups: dict[str, Any] = {"root": top}
+    for name, help_text in GROUPS.items():
+        p = top.add_parser(name, help=help_text)
+        groups[name] = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+        p.set_defaults(_group_parser=p)
+    for module in modules_for(argv):
+        importlib.import_module(module).register(groups)
+    return parser
+
+
+def version() -> str:
+    """The installed distribution's version (read only for --version: importlib.metadata costs ~10 ms)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("moonmind-worker")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def print_error(err: MoonmindError, as_json: bool) -> None:
+    from ..settings import get_settings
+
+    try:
+        secrets = get_settings().secrets()
+    except Exception:  # noqa: BLE001 - settings themselves may be what is broken
+        secrets = []
+    env = err.envelope(secrets)
+    if as_json:
+        sys.stderr.write(json.dumps(env) + "\n")
+    else:
+        from ..text.terminal import printable
+
+        e = env["error"]  # message text may come from a server or a file name: printed safe
+        sys.stderr.write(printable(f"error[{e['code']}]: {e['message']}\n  action: {e['action']}\n"))
+
+
+def note(message: str) -> None:
+    """Progress notes and hints go to stderr, never mixed into stdout output."""
+    from ..text.terminal import printable
+
+    sys.stderr.write(printable(f"note: {message}\n"))
+
+
+def write_atomic(path: str, data: str) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def run() -> None:
+    """The `moonmind` console script: `main()`, then exit without interpreter teardown.
+
+    Why: tearing down the modules and the engine's objects of a one-shot command took ~40 ms
+    of a ~450 ms `rag search` here. Buffered store writes are flushed by `main` first.
+    """
+    rc = main(_ending=True)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+    os._exit(rc)
+
+
+def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in argv
+    if argv[:1] == ["--version"]:
+        sys.stdout.write(f"moonmind {version()}\n")
+        return 0
+    try:
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        _refuse_text_that_is_not_unicode(args)
+        handler: Callable[[argparse.Namespace], int] | None = getattr(args, "_handler", None)
+        if handler is None:
+            target = getattr(args, "_group_parser", parser)
+            target.print_help(sys.stderr)
+            return EXIT_USAGE
+        return handler(args)
+    except MoonmindError as err:
+        print_error(err, as_json)
+        return err.exit_code
+    except KeyboardInterrupt:
+        progress = sys.modules.get("moonmind_worker.cli.progress")
+        if progress is not None:
+            progress.break_line()  # a bar's line is ended first, so this starts a line of its own
+        sys.stderr.write("interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - no traceback reaches the user
+        if os.environ.get("MOONMIND_DEBUG"):
+            raise
+        err = MoonmindError(
+            "internal_error",
+            f"Unexpected {type(exc).__name__}.",
+            "Re-run with MOONMIND_DEBUG=1 for the traceback and report it.",
+        )
+        print_error(err, as_json)
+        return EXIT_INTERNAL
+    finally:
+        _release_resources(flush_only=_ending)
+
+
+#: Arguments that name files: any bytes the filesystem allows are fine there.
+_PATH_ARGUMENTS = frozenset({"path", "paths", "root", "manifest", "queries", "output_file", "env_file", "tokens_file"})
+
+
+def _refuse_text_that_is_not_unicode(args: argparse.Namespace) -> None:
+    """Argv bytes that are not UTF-8 (decoded as lone surrogates) in a name, id or query are the
+    caller's error here, before they fail deep inside as an internal one (a repo, tenant or run id
+    is stored, compared and printed as text)."""
+    for name, value in vars(args).items():
+        if name.startswith("_") or name in _PATH_ARGUMENTS:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and has_surrogate(item):
+                raise MoonmindError(
+                    "invalid_argument",
+                    f"--{name.replace('_', '-')} holds bytes that are not valid UTF-8.",
+                    "Pass text encoded as UTF-8.",
+                )
+
+
+def _release_resources(flush_only: bool = False) -> None:
+    """Close stores before the interpreter tears down (releases the embedded store's lock cleanly,
+    and keeps qdrant-client's own shutdown hook from printing a traceback); only flush them when
+    the process ends right after without teardown (`run`)."""
+    runtime = sys.modules.get("moonmind_worker.runtime")
+    if runtime is not None:
+        runtime.close_all(flush_only=flush_only)
+
+
+if __name__ == "__main__":
+    run()

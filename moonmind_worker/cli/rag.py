@@ -1,0 +1,313 @@
+"""`moonmind rag index` and `moonmind rag search`.
+
+Queue mode (`--execution queue`) imports no pydantic (nor numpy, qdrant or celery): the
+process is a thin sender in front of a warm worker, and pydantic + the contract models
+would cost more than the search itself. So the CLI sends the request fields as the flags
+give them (`query_request`) and the worker validates them with the same contract function
+the sync path uses (`contracts.parse_query`); an invalid request comes back as the same
+`MoonmindError` (code, message, action, exit code) sync prints. The result is not
+re-validated here either: the worker produced it from the contract model, and validating
+the same data twice buys nothing (no duplicated validation on the data path). What a
+version mismatch between CLI and worker could break is caught by `expect_keys`, a cheap
+check of the keys printing needs. Every mode and transport prints a pack from its JSON
+dict through one function, `print_pack`, so sync and queue output are identical by
+construction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import MoonmindError
+from ..text.terminal import printable
+from ..transports.queue import PACK_KEYS  # noqa: F401 - ContextPack keys the CLI relies on (tests keep them within the contract)
+
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+#: IndexReport keys the CLI relies on.
+INDEX_REPORT_KEYS = ("repo", "tenant", "files_seen", "files_indexed", "chunks_written", "line")
+
+
+def register(groups: dict) -> None:
+    rag = groups["rag"]
+
+    p = rag.add_parser("index", help="index a repository tree (incremental)")
+    p.add_argument("path", help="root of the tree to index")
+    p.add_argument("--repo", required=True, help="repository name stored with every chunk")
+    p.add_argument("--tenant", default=None, help="tenant (default: MOONMIND_TENANT or 'default')")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_execution_arguments(p, write=True)
+    p.set_defaults(_handler=cmd_index)
+
+    p = rag.add_parser("search", help="retrieve a context pack for a query")
+    add_search_arguments(p)
+    add_execution_arguments(p, write=False)
+    add_transport_arguments(p)
+    p.set_defaults(_handler=cmd_search)
+
+
+def add_execution_arguments(p: argparse.ArgumentParser, *, write: bool) -> None:
+    """--execution sync|queue (+ --timeout, and --no-wait for writes): run here or on a warm Celery worker."""
+    p.add_argument(
+        "--execution", choices=["sync", "queue"], default=None,
+        help="sync: run in this process; queue: send to a Celery worker and wait (default MOONMIND_RAG_EXECUTION or sync)",
+    )
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="queue mode: how long to wait for the worker (default: the latency budget, else MOONMIND_QUEUE_TIMEOUT_S=30)")
+    if write:
+        p.add_argument("--no-wait", action="store_true", help="queue mode: print the task id and return at once")
+
+
+def execution_mode(args: argparse.Namespace) -> str:
+    from ..settings import get_settings
+
+    return args.execution or get_settings().rag_execution
+
+
+def queue_timeout(args: argparse.Namespace, latency_ms: int | None = None) -> float:
+    from ..settings import get_settings
+
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise MoonmindError("invalid_argument", f"--timeout {args.timeout} must be positive.", "Pass seconds, e.g. --timeout 10.")
+        return args.timeout
+    if latency_ms:
+        return latency_ms / 1000
+    return get_settings().queue_timeout_s
+
+
+def run_queued(task: str, kwargs: dict, *, queue: str, timeout_s: float, wait: bool = True):
+    """Send a task to the configured broker (standard library only: no celery, numpy or qdrant import)."""
+    from ..settings import get_settings
+    from ..transports.queue_client import run_task
+
+    settings = get_settings()
+    return run_task(
+        task, kwargs, queue=queue, broker_url=settings.celery_broker_url,
+        backend_url=settings.result_backend, timeout_s=timeout_s, wait=wait,
+    )
+
+
+def print_task_id(task_id: str, args: argparse.Namespace) -> int:
+    import json
+
+    sys.stdout.write(json.dumps({"task_id": task_id}) + "\n" if args.json else task_id + "\n")
+    return 0
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query_text", nargs="?", default=None, metavar="QUERY", help="what to look for (natural language or identifiers)")
+    p.add_argument("--query", "-q", default=None, help="the query, as a flag (same as QUERY)")
+    p.add_argument("--top-k", type=int, default=None, help="number of items, 1-50 (default RAG_SIMILARITY_TOP_K=8)")
+    p.add_argument("--filters", nargs="+", default=[], metavar="KEY=VALUE", help="payload filters: repo, tenant, run_id, path, language")
+    p.add_argument("--score-threshold", type=float, default=None, help="minimum score in [0, 1]")
+    p.add_argument("--overlay", choices=["include", "skip"], default="include", help="merge this run's workspace overlay")
+    p.add_argument("--budget", nargs="+", default=[], metavar="KEY=VALUE", help="tokens=N latency_ms=M")
+    p.add_argument("--json", action="store_true", help="print the full ContextPack JSON on stdout")
+    p.add_argument("--output-file", default=None, help="also write the ContextPack JSON to this file")
+
+
+def add_transport_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--transport",
+        choices=["direct", "gateway", "auto"],
+        default="auto",
+        help="direct (Qdrant), gateway (MOONMIND_RETRIEVAL_URL), auto (gateway when MOONMIND_RETRIEVAL_URL is set)",
+    )
+    p.add_argument(
+        "--fallback",
+        choices=["direct", "none"],
+        default=None,
+        help="when the gateway fails or exceeds the latency budget: retry direct (default MOONMIND_RETRIEVAL_FALLBACK=direct)",
+    )
+    p.add_argument("--no-fallback", dest="fallback", action="store_const", const="none", help="never fall back to direct")
+
+
+def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise MoonmindError(
+                "invalid_query",
+                f"Malformed {what} {pair!r}: expected KEY=VALUE.",
+                f"Write each {what} as key=value, e.g. repo=myrepo"
+                + ('; the query goes before --filters: rag search "text" --filters repo=myrepo.' if what == "filter" else "."),
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+#: Inside a job (MOONMIND_JOB_ID set by `job start`), these exported scope fields are a ceiling.
+JOB_CEILING = ("tenant", "run_id")
+
+
+def refuse_widening(asked: dict[str, str], settings: Any) -> None:
+    """A job's tenant and run are a ceiling its CLI calls cannot widen (spec 01 FR-006), on every transport.
+
+    Why: the job's environment is what the control plane scoped it to; a `--filters tenant=other`
+    (a typo, or an agent told to by retrieved text) must not read another tenant's chunks or
+    another run's uncommitted edits. The repository stays a default: a tenant's repositories
+    are shared within it. This guards the CLI; a worker that runs untrusted code gets no direct
+    store access at all and uses the gateway with a scoped token (docs/celery.md, "Trust model").
+    """
+    for key in JOB_CEILING:
+        mine, theirs = getattr(settings, key), asked.get(key)
+        wanted = theirs.strip() if isinstance(theirs, str) else theirs
+        if mine and wanted not in (None, "") and wanted != mine:
+            raise MoonmindError(
+                "forbidden",
+                f"This job is scoped to {key} {mine!r}; the filter {key}={wanted!r} would widen it.",
+                f"Search within the job's {key} (drop the filter); a job cannot read another {key}'s data.",
+            )
+
+
+def query_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The RetrievalQuery fields the flags describe, not yet validated; scope defaults come from the job's environment."""
+    budgets = parse_pairs(args.budget, "budget")
+    for key, value in budgets.items():
+        if not value.isdigit():
+            raise MoonmindError(
+                "invalid_query", f"Budget {key}={value!r} is not a positive integer.", "Use e.g. --budget tokens=1200 latency_ms=800."
+            )
+    filters = parse_pairs(args.filters, "filter")  # first: a query written after --filters lands there, and this says so
+    return search_request(
+        query_text(args), top_k=args.top_k, filters=filters, overlay=args.overlay,
+        score_threshold=args.score_threshold, budgets={k: int(v) for k, v in budgets.items()},
+    )
+
+
+def query_text(args: argparse.Namespace) -> str:
+    """The query, given positionally (`rag search "text"`) or as --query, not both."""
+    positional, flag = getattr(args, "query_text", None), args.query
+    if positional is not None and flag is not None:
+        raise MoonmindError(
+            "invalid_argument", "The query was given twice: as an argument and with --query.",
+            'Pass it once: moonmind rag search "what you are looking for".',
+        )
+    if positional is None and flag is None:
+        raise MoonmindError(
+            "invalid_argument", "No query given.", 'Pass it: moonmind rag search "what you are looking for" (or --query TEXT).',
+        )
+    return positional if positional is not None else flag
+
+
+def search_request(
+    query: Any, *, top_k: Any = None, filters: dict[str, Any] | None = None, overlay: Any = "include",
+    score_threshold: Any = None, budgets: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """RetrievalQuery fields from a caller's values (the CLI's flags, an MCP tool's arguments), not yet validated.
+
+    Why one function: every entry point scopes a search the same way, to the job's
+    MOONMIND_REPO, MOONMIND_TENANT and MOONMIND_RUN_ID when set, which the caller's own
+    filters override. With no tenant set a search sees every tenant the caller may read,
+    so it finds what `rag index` and `rag overlay upsert` wrote under `default`.
+    """
+    from ..settings import get_settings
+
+    settings = get_settings()
+    scoped: dict[str, Any] = {}
+    for key, value in (("repo", settings.repo), ("tenant", settings.tenant), ("run_id", settings.run_id)):
+        if value:
+            scoped[key] = value
+    if settings.job_id:
+        refuse_widening(filters or {}, settings)
+    scoped.update(filters or {})
+    data: dict[str, Any] = {
+        "query": query,
+        "top_k": top_k,
+        "filters": scoped,
+        "overlay_policy": overlay,
+        "score_threshold": score_threshold,
+    }
+    if budgets:
+        data["budgets"] = dict(budgets)
+    return data
+
+
+def print_pack(pack: dict[str, Any], args: argparse.Namespace) -> int:
+    """Print a finished pack from its JSON-mode dict: the one rendering for every transport and execution mode."""
+    import json
+
+    from .main import note, write_atomic
+
+    for msg in pack["notes"]:
+        note(msg)
+    body = json.dumps(pack, indent=2, ensure_ascii=False) if args.json or args.output_file else ""
+    if args.output_file:
+        write_atomic(args.output_file, body + "\n")
+    sys.stdout.write(body + "\n" if args.json else pack["context_text"])
+    sys.stdout.flush()
+    return 0
+
+
+def expect_keys(data: Any, keys: tuple[str, ...], what: str) -> dict[str, Any]:
+    """`data` if it is a dict with `keys`: the cheap CLI/worker version check (the worker validated the contract)."""
+    if not isinstance(data, dict) or any(k not in data for k in keys):
+        raise MoonmindError(
+            "internal_error", f"The worker returned something that is not {what}.",
+            "Check that the worker runs the same moonmind-worker version as this CLI.",
+        )
+    return data
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """One search over the transport the flags and settings choose (`transports.search`), printed once."""
+    from ..settings import get_settings
+    from ..transports import search
+
+    settings = get_settings()
+    request = query_request(args)
+    execution = execution_mode(args)
+    timeout_s = None
+    if execution == "queue" or args.timeout is not None:
+        timeout_s = queue_timeout(args, (request.get("budgets") or {}).get("latency_ms"))
+    pack = search(
+        request, settings=settings, transport=getattr(args, "transport", "direct"), execution=execution,
+        fallback=args.fallback, timeout_s=timeout_s,
+    )
+    return print_pack(pack, args)
+
+
+def print_index_report(report: dict[str, Any], args: argparse.Namespace) -> int:
+    """One rendering of an index run (IndexReport's JSON dict), for sync and queue alike."""
+    import json
+
+    if args.json:
+        sys.stdout.write(json.dumps({k: v for k, v in report.items() if k != "line"}, indent=2) + "\n")
+    else:
+        sys.stdout.write(printable(report["line"]) + "\n")
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from ..settings import get_settings
+
+    settings = get_settings()
+    tenant = args.tenant or settings.scope_tenant
+    if execution_mode(args) == "queue":
+        from ..transports.queue_client import INDEX
+
+        # an IndexRequest, validated by the task on the worker
+        request = {"path": str(Path(args.path).resolve()), "repo": args.repo, "tenant": tenant}
+        wait = not args.no_wait
+        out = run_queued(INDEX, {"request": request}, queue=settings.index_queue, timeout_s=queue_timeout(args), wait=wait)
+        if not wait:
+            return print_task_id(out, args)
+        return print_index_report(expect_keys(out, INDEX_REPORT_KEYS, "an IndexReport"), args)
+    if args.no_wait:
+        raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
+
+    from ..owner.client import execute
+    from .progress import reporter
+
+    root = Path(args.path)
+    if not root.is_dir():
+        raise MoonmindError("invalid_argument", f"{args.path} is not a directory.", "Pass the root of the repository to index.")
+    request = {"path": str(root.resolve()), "repo": args.repo, "tenant": tenant}
+    report = execute(settings, "index", request, progress=reporter(interval_s=settings.progress_interval_s))
+    return print_index_report(report, args)

@@ -1,0 +1,333 @@
+"""Canonical indexing: walk a tree, chunk, embed, upsert — incrementally.
+
+Unchanged files (same content hash as stored) cost one hash and nothing else;
+changed files have their chunks replaced (upsert first, then drop the stale
+ids, so a search never sees the file missing); deleted files lose their chunks.
+Point ids are deterministic, so re-running after a crash never duplicates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from .. import observe
+from ..contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, ChunkPayload
+from ..embedding import Embedder
+from ..settings import Settings
+from ..store import PointIn, SparseVec, Store
+from ..store.guardrails import check_collection
+from ..store.scopes import canonical_repo
+from ..text import lexical
+from ..text.chunking import Chunk, language_of
+from ..text.files import Skipped, read_text, walk
+from . import workers
+
+_NAMESPACE = uuid.UUID("6f1d0b52-3c0a-4f0e-9d7e-6d6f6f6e6d69")
+_NOTHING = workers.done(None)  # the "job" of a file that was not read: nothing to wait for
+
+
+@dataclass
+class IndexSummary:
+    repo: str
+    tenant: str
+    files_seen: int = 0
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_deleted: int = 0
+    chunks_written: int = 0
+    chunks_deleted: int = 0
+    skipped: list[Skipped] = field(default_factory=list)
+    seconds: float = 0.0
+    rechunked: bool = False
+    resumed: bool = False
+
+    def report(self):
+        """The wire form (contracts.IndexReport) every entry point prints from."""
+        from ..contracts import IndexReport, SkippedFile
+
+        data = {k: v for k, v in self.__dict__.items() if k != "skipped"}
+        skipped = [SkippedFile(path=s.path, reason=s.reason) for s in self.skipped]
+        return IndexReport(**data, skipped=skipped, line=self.line())
+
+    def line(self) -> str:
+        rate = self.chunks_written / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"indexed repo={self.repo} tenant={self.tenant}: {self.files_seen} files "
+            f"({self.files_indexed} changed, {self.files_unchanged} unchanged, {self.files_deleted} deleted), "
+            f"{self.chunks_written} chunks written ({rate:.0f}/s), {len(self.skipped)} skipped, {self.seconds:.2f}s"
+            + ("; every file re-chunked (chunking changed since the last run)" if self.rechunked else "")
+            + ("; resumed a run that was cut short (the files it finished were kept)" if self.resumed else "")
+        )
+
+
+#: Bumped whenever chunk boundaries, or what is embedded and BM25-indexed per chunk, change:
+#: the next index run then re-chunks files it would otherwise skip as unchanged.
+#: 2: tree-sitter definitions and reStructuredText sections.
+#: 3: packed chunks titled with every definition they hold; chained and export assignments titled;
+#:    C/C++ files with a local parse error (namespace macros) cut by their syntax tree; the static
+#:    embedder splits camelCase identifiers before its tokenizer.
+#: 4: BM25 stemming joins a word's plural to it (routes/route, values/value): the sparse vectors change.
+CHUNK_RECIPE_VERSION = 4
+
+
+def chunk_recipe(settings: Settings) -> str:
+    """What decides a file's chunks besides its content: the chunker and its size settings."""
+    return f"v{CHUNK_RECIPE_VERSION}:{settings.chunk_chars}:{settings.chunk_overlap_lines}"
+
+
+def point_id(tenant: str, repo: str, path: str, sequence: int, trust_class: str = CANONICAL, run_id: str = "") -> str:
+    """Deterministic id: the same chunk slot always maps to the same point."""
+    return str(uuid.uuid5(_NAMESPACE, f"{tenant}\0{repo}\0{trust_class}\0{run_id}\0{path}\0{sequence}"))
+
+
+def content_hash(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def embedding_text(path: str, chunk: Chunk) -> str:
+    """What the models see: the path and enclosing symbol give a chunk its context."""
+    title = f"{chunk.section_title}\n" if chunk.section_title else ""
+    return f"{path}\n{title}{chunk.text}"
+
+
+def build_points(
+    embedder: Embedder,
+    docs: list[tuple[str, str, list[Chunk]]],
+    *,
+    repo: str,
+    tenant: str,
+    trust_class: str = CANONICAL,
+    run_id: str = "",
+    expires_at: float | None = None,
+) -> list[PointIn]:
+    """Embed chunks of several files in one batch and wrap them as points (shared with overlays)."""
+    flat = [(path, h, c) for path, h, chunks in docs for c in chunks]
+    if not flat:
+        return []
+    texts = [embedding_text(path, c) for path, _, c in flat]
+    vectors = embedder.embed_documents(texts)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    points = []
+    for (path, fhash, c), text, vec in zip(flat, texts, vectors):
+        payload = ChunkPayload(
+            path=path,
+            repo=repo,
+            tenant=tenant,
+            language=language_of(path),
+            chunk_id=f"{path}#{c.chunk_sequence}",
+            chunk_hash=c.chunk_hash,
+            content_hash=fhash,
+            offset_start=c.offset_start,
+            offset_end=c.offset_end,
+            line_start=c.line_start,
+            line_end=c.line_end,
+            section_title=c.section_title,
+            chunk_sequence=c.chunk_sequence,
+            total_chunks=c.total_chunks,
+            text=c.text,
+            token_count=c.token_count,
+            model_version=embedder.name,
+            indexed_at=now,
+            trust_class=trust_class,
+            run_id=run_id,
+            expires_at=expires_at,
+        )
+        ids, values = lexical.document_vector(text)
+        points.append(
+            PointIn(
+                id=point_id(tenant, repo, path, c.chunk_sequence, trust_class, run_id),
+                dense=vec,
+                sparse=SparseVec(ids, values),
+                payload=payload.model_dump(),
+            )
+        )
+    return points
+
+
+@dataclass
+class StoredFile:
+    """What the store holds of one file: its chunks' ids, content hashes, sequence numbers and totals."""
+
+    ids: set[str] = field(default_factory=set)
+    hashes: set[str] = field(default_factory=set)
+    seqs: set[int] = field(default_factory=set)
+    totals: set[int] = field(default_factory=set)
+
+    def add(self, point_id: str, payload: dict) -> None:
+        self.ids.add(point_id)
+        self.hashes.add(payload.get("content_hash", ""))
+        self.seqs.add(payload.get("chunk_sequence", -1))
+        self.totals.add(payload.get("total_chunks", -1))
+
+    def complete(self, content_hash: str) -> bool:
+        """Every chunk of exactly this version is stored, and nothing else.
+
+        Why not trust one chunk's hash: a run stopped between a batch's upsert and its
+        stale-chunk delete (a crash, a kill -9) leaves two versions of a file side by side;
+        the next run must see that and write the file again, not call it unchanged.
+        """
+        if self.hashes != {content_hash} or len(self.totals) != 1:
+            return False
+        total = next(iter(self.totals))
+        return len(self.ids) == total and self.seqs == set(range(total))
+
+
+@observe.index
+def index_repository(
+    root: Path,
+    *,
+    repo: str,
+    tenant: str,
+    settings: Settings,
+    embedder: Embedder,
+    store: Store,
+    progress: Callable[..., None] | None = None,  # (files done, files, chunks so far)
+) -> IndexSummary:
+    """Walk → read and hash → chunk → embed + BM25 + payloads → write, streamed in bounded batches.
+
+    Chunking and embedding run on the other cores (`workers`) when the run is big enough to pay for
+    starting them; this process reads, decides what changed, and writes, in file order. Batches are
+    cut exactly where a single process cuts them (the static model's vectors depend on the batch
+    a text is embedded with, in the last bits), and written in order, so the stored points are the
+    same bit for bit whichever way a run goes, and an interrupted run leaves whole files behind.
+    """
+    started = time.perf_counter()
+    summary = IndexSummary(repo=repo, tenant=tenant)
+    info = check_collection(store, embedder, must_exist=False)
+    if info is None:
+        store.create(embedder.dimensions, embedder.name, PAYLOAD_SCHEMA_VERSION)
+    # per repo: a file unchanged since it was chunked another way is chunked again
+    recipes = dict((info.extra.get("chunk_recipes") if info else None) or {})
+    recipe, scope_key = chunk_recipe(settings), f"{tenant}/{repo}"
+    rechunk = recipes.get(scope_key) != recipe
+
+    # what is stored now, per path: every chunk's version and place, so that a file is only
+    # "unchanged" when all of its chunks are of this version and none is missing
+    stored: dict[str, StoredFile] = {}
+    for hit in store.scroll(canonical_repo(repo, tenant), ["path", "content_hash", "chunk_sequence", "total_chunks"]):
+        stored.setdefault(hit.payload["path"], StoredFile()).add(hit.id, hit.payload)
+    if scope_key not in recipes and not stored:
+        # nothing is stored in this scope, so nothing can have been chunked another way: record the
+        # recipe now, and a first index that is interrupted resumes (finished files are skipped by
+        # hash) instead of re-chunking everything under a false "chunking changed"
+        recipes[scope_key] = recipe
+        rechunk = False
+    # marked before the first write, cleared by the last: the next run knows this one was cut short
+    unfinished = dict((info.extra.get("unfinished_index_runs") if info else None) or {})
+    summary.resumed = scope_key in unfinished
+    unfinished[scope_key] = time.time()
+    store.set_metadata(chunk_recipes=recipes, unfinished_index_runs=unfinished)
+
+    files = list(walk(root, summary.skipped))
+    summary.files_seen = len(files)
+    batch_chunks = max(settings.embedding_batch_size * 4, 256)
+    pool = workers.Pool(embedder, settings)
+    # files in order, waiting for their chunks: [rel, hash, what was stored, slot in its job, chunking job, skip reason]
+    line: deque[list] = deque()
+    group: list[tuple[str, str]] = []  # changed files not yet handed to a chunking job: (rel, text)
+    unsent: list[list] = []  # their places in `line`
+    group_chars = 0
+    writing: deque[tuple[Future, list[str]]] = deque()  # batches being embedded: (points job, stale ids)
+    pending: list[tuple[str, str, list[Chunk]]] = []
+    pending_chunks = 0
+    stale: list[str] = []
+    taken = 0
+
+    def send_group() -> None:
+        nonlocal group, unsent, group_chars
+        if group:
+            job = pool.chunk(group, settings.chunk_chars, settings.chunk_overlap_lines)
+            for slot, entry in enumerate(unsent):
+                entry[3], entry[4] = slot, job
+            group, unsent, group_chars = [], [], 0
+
+    def write(block: bool) -> None:
+        """Store the embedded batches at the head of the line, in order (all of them when `block`)."""
+        while writing and (block or writing[0][0].done() or len(writing) > pool.batches_in_flight):
+            job, stale_ids = writing.popleft()
+            points = job.result()
+            store.upsert(points)
+            summary.chunks_written += len(points)
+            new_ids = {p.id for p in points}
+            drop = [i for i in stale_ids if i not in new_ids]
+            store.delete_ids(drop)
+            summary.chunks_deleted += len(drop)
+
+    def flush() -> None:
+        nonlocal pending, pending_chunks, stale
+        writing.append((pool.points(pending, repo=repo, tenant=tenant) if pending else workers.done([]), stale))
+        pending, pending_chunks, stale = [], 0, []
+        write(block=False)
+
+    def take(block: bool) -> None:
+        """Hand the chunks of files at the head of the line on to batches, in file order."""
+        nonlocal pending_chunks, taken
+        while line and line[0][4] is not None and (block or line[0][4].done() or len(line) > pool.files_in_flight):
+            rel, fhash, old, slot, job, reason = line.popleft()
+            taken += 1
+            if progress:  # files before this one are done; 100% is reported once the last write is in
+                progress(taken - 1, len(files), summary.chunks_written + pending_chunks)
+            if reason is not None:
+                summary.skipped.append(Skipped(rel, reason))
+                continue
+            chunks = job.result()[slot]
+            if not chunks and old is None:
+                summary.skipped.append(Skipped(rel, "no text to index"))
+                continue
+            summary.files_indexed += 1
+            if old is not None:
+                stale.extend(old.ids)
+            pending.append((rel, fhash, chunks))
+            pending_chunks += len(chunks)
+            if pending_chunks >= batch_chunks:
+                flush()
+
+    try:
+        for rel, path in files:
+            text, reason = read_text(path, settings.max_file_bytes)
+            if text is None:
+                line.append([rel, "", None, 0, _NOTHING, reason or "unreadable"])
+                continue
+            fhash = content_hash(text)
+            old = stored.pop(rel, None)
+            if old is not None and old.complete(fhash):
+                if not rechunk:
+                    summary.files_unchanged += 1
+                    continue
+                summary.rechunked = True
+            entry = [rel, fhash, old, 0, None, None]
+            line.append(entry)
+            unsent.append(entry)
+            group.append((rel, text))
+            group_chars += len(text)
+            if group_chars >= pool.group_chars or len(group) >= pool.group_files:
+                send_group()
+                take(block=False)
+        send_group()
+        take(block=True)
+        flush()
+        write(block=True)
+    finally:
+        pool.close()
+    if progress:
+        progress(len(files), len(files), summary.chunks_written)
+    # files that are gone (or now ignored/skipped) lose their chunks
+    gone = [i for f in stored.values() for i in f.ids]
+    summary.files_deleted = len(stored)
+    store.delete_ids(gone)
+    summary.chunks_deleted += len(gone)
+    recipes[scope_key] = recipe
+    unfinished.pop(scope_key, None)
+    store.set_metadata(last_indexed_at=time.time(), chunk_recipes=recipes, unfinished_index_runs=unfinished)
+    store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
+    store.flush()
+    summary.seconds = time.perf_counter() - started
+    return summary

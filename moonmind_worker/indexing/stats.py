@@ -1,0 +1,119 @@
+"""What the index holds for one repository: chunks per file, and files no chunk represents.
+
+Why (spec 05 SC-003): a file that was indexed but has no chunk, or only part
+of its chunks, can never be retrieved, and nothing else would say so. Two
+checks find such orphans:
+
+* from the store alone: a file whose stored chunks do not form the complete
+  sequence 0..total_chunks-1 of one file version (an interrupted write);
+* with the tree (`--root`): files the indexer would index (readable text with
+  content) that have no chunk at all, and stored files no longer on disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..embedding import Embedder
+from ..settings import Settings
+from ..store import Store
+from ..store.guardrails import check_collection
+from ..store.scopes import canonical_repo
+from ..text.chunking import chunk_text
+from ..text.files import read_text, walk
+
+
+@dataclass
+class FileStats:
+    path: str
+    chunks: int
+    total_chunks: int
+    language: str
+    tokens: int
+    complete: bool
+
+
+@dataclass
+class IndexStats:
+    repo: str
+    tenant: str | None
+    files: list[FileStats]
+    chunks: int
+    incomplete: list[str] = field(default_factory=list)  # stored, but chunks missing
+    unindexed: list[str] = field(default_factory=list)  # on disk (--root), no chunk stored
+    stale: list[str] = field(default_factory=list)  # stored, no longer on disk (--root)
+    root_checked: bool = False
+
+    @property
+    def orphans(self) -> list[str]:
+        """Files the index should represent but does not (fully)."""
+        return sorted(set(self.incomplete) | set(self.unindexed))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["orphans"] = self.orphans
+        return d
+
+
+def collect_stats(
+    *, repo: str, tenant: str | None, root: Path | None, settings: Settings, embedder: Embedder, store: Store
+) -> IndexStats:
+    check_collection(store, embedder)
+    per_file: dict[str, dict] = {}
+    fields = ["path", "chunk_sequence", "total_chunks", "content_hash", "language", "token_count"]
+    for hit in store.scroll(canonical_repo(repo, tenant), fields):
+        p = hit.payload
+        f = per_file.setdefault(
+            p["path"], {"seqs": set(), "total": set(), "hashes": set(), "language": p.get("language", ""), "tokens": 0}
+        )
+        f["seqs"].add(p["chunk_sequence"])
+        f["total"].add(p["total_chunks"])
+        f["hashes"].add(p.get("content_hash"))
+        f["tokens"] += int(p.get("token_count") or 0)
+
+    files = []
+    for path in sorted(per_file):
+        f = per_file[path]
+        total = max(f["total"])
+        complete = len(f["total"]) == 1 and len(f["hashes"]) == 1 and f["seqs"] == set(range(total))
+        files.append(FileStats(path, len(f["seqs"]), total, f["language"], f["tokens"], complete))
+    stats = IndexStats(
+        repo=repo,
+        tenant=tenant,
+        files=files,
+        chunks=sum(f.chunks for f in files),
+        incomplete=[f.path for f in files if not f.complete],
+    )
+    if root is not None:
+        stats.root_checked = True
+        on_disk = set()
+        for rel, path in walk(root):
+            text, _ = read_text(path, settings.max_file_bytes)
+            if text is None or not chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines):
+                continue  # the indexer skips these too: not an orphan
+            on_disk.add(rel)
+        stats.unindexed = sorted(on_disk - set(per_file))
+        stats.stale = sorted(set(per_file) - on_disk)
+    return stats
+
+
+def format_stats(stats: IndexStats) -> str:
+    scope = f"repo={stats.repo}" + (f" tenant={stats.tenant}" if stats.tenant else "")
+    lines = [f"{scope}: {len(stats.files)} files, {stats.chunks} chunks", ""]
+    width = max([len(f.path) for f in stats.files] + [4])
+    lines.append(f"{'file':<{width}}  {'chunks':>6}  {'tokens':>7}  language")
+    for f in stats.files:
+        mark = "" if f.complete else f"  INCOMPLETE ({f.chunks} of {f.total_chunks})"
+        lines.append(f"{f.path:<{width}}  {f.chunks:>6}  {f.tokens:>7}  {f.language}{mark}")
+    lines.append("")
+    if stats.orphans:
+        lines.append(f"orphaned files ({len(stats.orphans)}): indexed or indexable, but not fully represented by chunks")
+        lines.extend(f"- {p}" for p in stats.orphans)
+    else:
+        checked = "every stored file is complete" + (" and every indexable file has chunks" if stats.root_checked else "")
+        lines.append(f"orphaned files: none ({checked})")
+    if stats.stale:
+        lines.append(f"stale files ({len(stats.stale)}): stored but no longer on disk; re-run `moonmind rag index`")
+        lines.extend(f"- {p}" for p in stats.stale)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,52 @@
+"""Vector stores behind one small interface (`base.Store`): Qdrant Edge (embedded) and qdrant-client (server).
+
+`base.py` declares every operation and the types that cross the seam, `scopes.py` every
+scope filter, `edge.py` and `remote.py` implement all of it, `guardrails.py` checks a
+collection before any vector operation, `faults.py` injects crashes for the adversarial suite.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..settings import Settings
+from .base import (
+    DENSE,
+    PAYLOAD_CACHE_POINTS,
+    PAYLOAD_INDEXES,
+    SPARSE,
+    CollectionInfo,
+    EmbeddedStore,
+    Hit,
+    Match,
+    MatchAny,
+    PointIn,
+    Range,
+    SearchSpec,
+    SparseVec,
+    Store,
+    Where,
+)
+from .edge import EdgeStore, open_replica
+from .remote import QdrantClientStore
+
+__all__ = [
+    "DENSE", "PAYLOAD_CACHE_POINTS", "PAYLOAD_INDEXES", "SPARSE", "CollectionInfo", "EdgeStore", "EmbeddedStore", "Hit",
+    "Match", "MatchAny", "PointIn", "QdrantClientStore", "Range", "SearchSpec", "SparseVec", "Store", "Where",
+    "open_replica", "open_store",
+]
+
+
+def open_store(settings: Settings, collection: str | None = None) -> Store:
+    """The configured store: Qdrant Edge when QDRANT_URL is unset, qdrant-client otherwise."""
+    name = collection or settings.collection
+    store: Store
+    if settings.embedded_store:
+        store = EdgeStore(settings.data_dir, name, wait_s=settings.store_wait_s)
+    else:
+        store = QdrantClientStore(settings, name)
+    if os.environ.get("MOONMIND_FAULT") or os.environ.get("MOONMIND_FAULT_TRACE"):  # the adversarial suite only
+        from . import faults
+
+        return faults.wrap(store)
+    return store

@@ -1,0 +1,366 @@
+"""qdrant-client: a Qdrant server or cluster (QDRANT_URL), or the client's local mode.
+
+Collection metadata is recorded in Qdrant's own collection metadata. Every call goes
+through one retry/auth wrapper (`QdrantClientStore._call`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import MoonmindError, redact
+from ..settings import Settings
+from .base import (
+    DENSE,
+    PAYLOAD_INDEXES,
+    SPARSE,
+    CollectionInfo,
+    Hit,
+    Match,
+    MatchAny,
+    PointIn,
+    Range,
+    SearchSpec,
+    SparseVec,
+    Where,
+    _fields,
+    _refuse_if_expired,
+    _rescorings,
+)
+
+# ---------------------------------------------------------- qdrant-client ---
+
+
+class QdrantClientStore:
+    """A Qdrant server or cluster (QDRANT_URL=http(s)://…), or qdrant-client's local mode (`:memory:` or a path)."""
+
+    def __init__(self, settings: Settings, collection: str, *, share: "QdrantClientStore | None" = None) -> None:
+        """`share`: another store whose client this one uses (a sync target: local mode allows one client per path)."""
+        from qdrant_client import QdrantClient
+
+        self.collection = collection
+        self._settings = settings
+        if share is not None:
+            self._client, self.local, self.location = share._client, share.local, share.location
+            self._has_key, self._local_lock = share._has_key, share._local_lock
+            self._physical = True  # created as itself, never behind an alias
+            self._shared = True  # close() leaves the shared client open
+            return
+        url = settings.qdrant_url or ":memory:"
+        key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        self.local = not url.startswith(("http://", "https://"))
+        if url == ":memory:":
+            self._client = QdrantClient(location=":memory:")
+        elif not self.local:
+            import warnings
+
+            with warnings.catch_warnings():  # "api key over http" is the operator's choice; keep stderr clean
+                warnings.simplefilter("ignore", UserWarning)
+                self._client = QdrantClient(
+                    url=url, api_key=key, timeout=int(max(settings.qdrant_timeout_s, 1)), check_compatibility=False
+                )
+        else:
+            path = url.removeprefix("file://")
+            try:
+                self._client = QdrantClient(path=path)
+            except RuntimeError as exc:
+                if "already accessed" not in str(exc):
+                    raise
+                raise MoonmindError(
+                    "store_busy",
+                    f"The local Qdrant store {path} is in use by another process.",
+                    "Run searches through the worker or point QDRANT_URL at a Qdrant server.",
+                ) from None
+        self.location = url
+        self._has_key = key is not None
+        self._physical = False  # True for a sync target: created as itself, never behind an alias
+        self._shared = False  # True for a sibling sharing this client: close() leaves the client open
+        # local mode is a pure-Python engine that is not thread-safe (a delete during a query's
+        # scan fails inside it): calls on it are serialized; a server handles concurrency itself
+        self._local_lock = threading.RLock() if self.local else None
+
+    def _call(self, fn, what: str, deadline: float | None = None):
+        from ..retry import call_with_retries
+
+        if self._local_lock is not None:
+            inner, fn = fn, lambda: self._locked(inner)
+        try:
+            return call_with_retries(
+                fn, what=f"{what} at {redact(self.location)}", service="qdrant", deadline=deadline
+            )
+        except MoonmindError as err:
+            raise _explain_auth(err, self._has_key) from None
+
+    def _locked(self, fn):
+        with self._local_lock:
+            return fn()
+
+    def info(self) -> CollectionInfo | None:
+        name = self.collection
+        if not self._call(lambda: self._client.collection_exists(name), "Qdrant"):
+            name = self.alias_target()  # a server may not resolve aliases in `exists`
+            if name is None or not self._call(lambda: self._client.collection_exists(name), "Qdrant"):
+                return None
+        c = self._call(lambda: self._client.get_collection(name), "Qdrant")
+        params = c.config.params.vectors
+        dims = params[DENSE].size if isinstance(params, dict) else params.size
+        meta = dict(getattr(c.config, "metadata", None) or {})
+        return CollectionInfo(
+            name=self.collection,
+            dimensions=int(dims),
+            model=meta.get("model"),
+            schema_version=meta.get("schema_version"),
+            points=int(c.points_count or 0),
+            extra=meta,
+        )
+
+    def create(self, dimensions: int, model: str, schema_version: int) -> None:
+        """A physical collection behind an alias named `collection`, so sync-embedding can switch atomically."""
+        from qdrant_client import models as m
+
+        # every call through _call: retried when transient, a 401/403 explained like every other operation
+        physical = self.collection if self._physical else (self.alias_target() or f"{self.collection}__v1")
+        if self._call(lambda: self._client.collection_exists(physical), "Qdrant"):
+            self._call(lambda: self._client.delete_collection(physical), "Qdrant delete collection")
+        if physical != self.collection and self._call(lambda: self._client.collection_exists(self.collection), "Qdrant"):
+            # a plain collection from an older version
+            self._call(lambda: self._client.delete_collection(self.collection), "Qdrant delete collection")
+        self._call(lambda: self._client.create_collection(
+            physical,
+            vectors_config={DENSE: m.VectorParams(size=dimensions, distance=m.Distance.COSINE)},
+            sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
+            metadata={"dimensions": dimensions, "model": model, "schema_version": schema_version},
+        ), "Qdrant create collection")
+        if physical != self.collection and self.alias_target() != physical:
+            alias = m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=physical, alias_name=self.collection))
+            self._call(lambda: self._client.update_collection_aliases(change_aliases_operations=[alias]), "Qdrant alias")
+        if self.local:
+            return  # local mode has no payload indexes (it only warns); a server gets them all
+        for name, kind in PAYLOAD_INDEXES:
+            schema = {
+                "tenant": m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True),
+                "keyword": m.PayloadSchemaType.KEYWORD,
+                "float": m.PayloadSchemaType.FLOAT,
+            }[kind]
+            self._call(lambda n=name, f=schema: self._client.create_payload_index(physical, n, field_schema=f),
+                       "Qdrant payload index")
+
+    def set_metadata(self, **meta: Any) -> None:
+        name = self.alias_target() or self.collection
+        self._call(lambda: self._client.update_collection(name, metadata=meta), "Qdrant metadata")
+
+    # -- aliases (sync-embedding) -------------------------------------------
+    def alias_target(self) -> str | None:
+        """The physical collection this name is an alias of, or None."""
+        resp = self._call(lambda: self._client.get_aliases(), "Qdrant aliases")
+        return next((a.collection_name for a in resp.aliases if a.alias_name == self.collection), None)
+
+    def sibling(self, name: str) -> "QdrantClientStore":
+        """A physical collection on the same client (local mode allows one client per path)."""
+        return QdrantClientStore(self._settings, name, share=self)
+
+    def release(self) -> None:
+        """A server serves other clients meanwhile; nothing to release."""
+
+    def switch_alias(self, target: str, wait_s: float = 30.0) -> str | None:
+        """Re-point the alias at `target` in one atomic alias update; the old physical name, or None.
+
+        `wait_s` is the embedded store's wait for its lock; a server orders alias updates itself,
+        so there is nothing to wait for here (the call is retried like every other).
+        """
+        from qdrant_client import models as m
+
+        old = self.alias_target()
+        ops = []
+        if old is not None:
+            ops.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=self.collection)))
+        elif self._call(lambda: self._client.collection_exists(self.collection), "Qdrant"):
+            # a plain collection from an older version: the name must be freed before it can become an alias
+            self._call(lambda: self._client.delete_collection(self.collection), "Qdrant delete collection")
+        ops.append(m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=target, alias_name=self.collection)))
+        self._call(lambda: self._client.update_collection_aliases(change_aliases_operations=ops), "Qdrant alias switch")
+        return old
+
+    def drop_physical(self, name: str | None) -> None:
+        """Delete a collection no alias points at any more."""
+        if name and name != self.alias_target():
+            self._call(lambda: self._client.delete_collection(name), "Qdrant delete collection")
+
+    def upsert(self, points: Sequence[PointIn]) -> None:
+        from qdrant_client import models as m
+
+        if not points:
+            return
+        batch = [
+            m.PointStruct(
+                id=p.id,
+                vector={
+                    DENSE: p.dense.tolist(),
+                    SPARSE: m.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
+                },
+                payload=p.payload,
+            )
+            for p in points
+        ]
+        self._call(lambda: self._client.upsert(self.collection, points=batch, wait=True), "Qdrant upsert")
+
+    def delete(self, where: Where) -> None:
+        from qdrant_client import models as m
+
+        self._call(
+            lambda: self._client.delete(
+                self.collection, points_selector=m.FilterSelector(filter=_client_filter(where)), wait=True
+            ),
+            "Qdrant delete",
+        )
+
+    def delete_ids(self, ids: Sequence[str]) -> None:
+        from qdrant_client import models as m
+
+        if ids:
+            self._call(
+                lambda: self._client.delete(
+                    self.collection, points_selector=m.PointIdsList(points=list(ids)), wait=True
+                ),
+                "Qdrant delete",
+            )
+
+    def search(self, specs: Sequence[SearchSpec], deadline: float | None = None) -> list[list[Hit]]:
+        """Bounded by `deadline`: Qdrant's own search timeout plus the retry policy's stop."""
+        from qdrant_client import models as m
+
+        _refuse_if_expired(deadline)
+        requests, plan = [], []
+        for s in specs:
+            query, using = _client_query(s.dense, s.sparse)
+            flt = _client_filter(s.where)
+            main, rescored = len(requests), {}
+            requests.append(
+                m.QueryRequest(
+                    query=query, using=using, filter=flt, limit=s.limit,
+                    with_payload=list(s.fields) if s.fields is not None else True, with_vector=False,
+                )
+            )
+            for score_field, dense, sparse in _rescorings(s):  # the same candidates, rescored (see SearchSpec)
+                rescored[score_field] = len(requests)
+                other, other_using = _client_query(dense, sparse)
+                requests.append(
+                    m.QueryRequest(
+                        prefetch=m.Prefetch(query=query, using=using, filter=flt, limit=s.limit),
+                        query=other, using=other_using, limit=s.limit, with_payload=False, with_vector=False,
+                    )
+                )
+            plan.append((main, rescored))
+        extra = {}
+        if deadline is not None:  # Qdrant takes whole seconds; the pipeline enforces the exact budget after
+            extra["timeout"] = max(1, math.ceil(deadline - time.monotonic()))
+        responses = self._call(
+            lambda: self._client.query_batch_points(self.collection, requests=requests, **extra),
+            "Qdrant query",
+            deadline=deadline,
+        )
+        out = []
+        for main, rescored in plan:
+            cos, bm25 = ({str(p.id): float(p.score) for p in responses[rescored[f]].points} if f in rescored else None
+                         for f in ("cosine", "bm25"))
+            out.append([
+                Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {}),
+                    cosine=None if cos is None else cos.get(str(p.id), 0.0),
+                    bm25=None if bm25 is None else bm25.get(str(p.id), 0.0))
+                for p in responses[main].points
+            ])
+        return out
+
+    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]:
+        """Points by id with the payload fields asked for, in the order asked; missing ids are skipped."""
+        if not ids:
+            return []
+        records = self._call(
+            lambda: self._client.retrieve(self.collection, ids=list(ids), with_payload=_fields(fields), with_vectors=False),
+            "Qdrant retrieve",
+        )
+        by_id = {str(r.id): r for r in records}
+        return [Hit(id=i, score=0.0, payload=dict(by_id[i].payload or {})) for i in ids if i in by_id]
+
+    def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]:
+        offset = None
+        flt = _client_filter(where) if where else None
+        with_payload = list(fields) if not isinstance(fields, bool) else fields
+        while True:
+            records, offset = self._call(
+                lambda: self._client.scroll(
+                    self.collection, scroll_filter=flt, limit=batch, offset=offset, with_payload=with_payload,
+                    with_vectors=False,
+                ),
+                "Qdrant scroll",
+            )
+            for r in records:
+                yield Hit(id=str(r.id), score=0.0, payload=dict(r.payload or {}))
+            if offset is None:
+                break
+
+    def count(self, where: Where | None = None) -> int:
+        flt = _client_filter(where) if where else None
+        return self._call(
+            lambda: self._client.count(self.collection, count_filter=flt, exact=True).count, "Qdrant count"
+        )
+
+    def optimize(self) -> None:
+        """A server optimizes in the background; nothing to do."""
+
+    def flush(self) -> None:
+        """Writes use wait=True; nothing buffered."""
+
+    def close(self) -> None:
+        if not self._shared:
+            self._client.close()
+
+
+def _explain_auth(err: MoonmindError, has_key: bool) -> MoonmindError:
+    """A 401 with no key configured is a missing credential: name the variable, not a bad key."""
+    if err.code == "unauthenticated" and not has_key:
+        return MoonmindError(
+            "missing_credentials",
+            f"{err.message} QDRANT_API_KEY is not set and this Qdrant server requires a key.",
+            "Export QDRANT_API_KEY (read from the environment or a .env file in the working directory).",
+            **err.details,
+        )
+    return err
+
+
+def _client_filter(where: Where | None):
+    from qdrant_client import models as m
+
+    if where is None:
+        return None
+
+    def cond(c):
+        if isinstance(c, Where):
+            return _client_filter(c)
+        if isinstance(c, Match):
+            return m.FieldCondition(key=c.key, match=m.MatchValue(value=c.value))
+        if isinstance(c, MatchAny):
+            return m.FieldCondition(key=c.key, match=m.MatchAny(any=list(c.values)))
+        if isinstance(c, Range):
+            return m.FieldCondition(key=c.key, range=m.Range(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+        raise TypeError(c)
+
+    return m.Filter(
+        must=[cond(c) for c in where.must] or None,
+        must_not=[cond(c) for c in where.must_not] or None,
+        should=[cond(c) for c in where.should] or None,
+    )
+
+
+def _client_query(dense: np.ndarray | None, sparse: SparseVec | None):
+    """(query, using) for a qdrant-client QueryRequest."""
+    from qdrant_client import models as m
+
+    if dense is not None:
+        return dense.tolist(), DENSE
+    return m.SparseVector(indices=sparse.indices, values=sparse.values), SPARSE
