@@ -253,7 +253,7 @@ def index_repository(
         """Store the embedded batches at the head of the line, in order (all of them when `block`)."""
         while writing and (block or writing[0][0].done() or len(writing) > pool.batches_in_flight):
             job, stale_ids = writing.popleft()
-            points = job.result()
+            points = pool.result(job)
             store.upsert(points)
             summary.chunks_written += len(points)
             new_ids = {p.id for p in points}
@@ -278,7 +278,7 @@ def index_repository(
             if reason is not None:
                 summary.skipped.append(Skipped(rel, reason))
                 continue
-            chunks = job.result()[slot]
+            chunks = pool.result(job)[slot]
             if not chunks and old is None:
                 summary.skipped.append(Skipped(rel, "no text to index"))
                 continue

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable
 
@@ -59,6 +60,7 @@ class Pool:
         self._start_at = 0 if setting else START_CHARS  # an explicit count starts at the first job
         self._seen = 0
         self._executor: ProcessPoolExecutor | None = None
+        self._jobs: dict[Future, tuple[Callable[..., Any], tuple]] = {}  # pool jobs: what to run here if a worker dies
         self.group_chars, self.group_files = GROUP_CHARS, GROUP_FILES
         self.files_in_flight = max(self._workers, 1) * 2 * GROUP_FILES
         self.batches_in_flight = max(self._workers, 1) + 1
@@ -70,9 +72,32 @@ class Pool:
     def _submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         if self._executor is None and self._workers and self._seen >= self._start_at:
             self._start()
-        if self._executor is None:
-            return done(fn(self._embedder, *args))
-        return self._executor.submit(fn, None, *args)
+        if self._executor is not None:
+            try:
+                job = self._executor.submit(fn, None, *args)
+            except BrokenProcessPool:
+                self._give_up()
+            else:
+                self._jobs[job] = (fn, args)
+                return job
+        return done(fn(self._embedder, *args))
+
+    def result(self, job: Future) -> Any:
+        """A job's result; one a dead worker took with it is computed here instead (see `_give_up`)."""
+        call = self._jobs.pop(job, None)
+        try:
+            return job.result()
+        except BrokenProcessPool:
+            self._give_up()
+            fn, args = call  # type: ignore[misc]
+            return fn(self._embedder, *args)
+
+    def _give_up(self) -> None:
+        """A worker died (killed, out of memory, or a script that re-runs itself in every new process
+        because its entry point lacks `if __name__ == "__main__":`): the run goes on in this process."""
+        executor, self._executor, self._workers = self._executor, None, 0
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def _start(self) -> None:
         import multiprocessing

@@ -296,3 +296,47 @@ def test_an_index_stopped_by_a_signal_mid_run_keeps_what_it_finished_and_the_nex
     files = _store_files(home, "edge")
     assert _torn(files, root, [f"pkg/m{i}.py" for i in range(60)]) == []
     assert 0 < written < sum(len(chunks) for chunks in files.values())  # only what was left is written again
+
+
+def _workers_of(pid: int) -> list[int]:
+    """Its index worker processes (not multiprocessing's resource tracker)."""
+    out = []
+    for child in _children(pid):
+        try:
+            cmd = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"spawn_main" in cmd:
+            out.append(child)
+    return out
+
+
+@pytest.mark.slow  # two index runs of ~1,800 chunks, one of them partly in a single process
+def test_a_worker_killed_mid_run_costs_nothing_but_time(tmp_path):
+    """A worker that dies (the OOM killer, a stray kill) takes its jobs with it: the run does them in
+    its own process and finishes, every file whole, with the same points as a run nobody disturbed."""
+    root, home = tmp_path / "tree", tmp_path / "home"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(60):
+        (root / f"pkg/m{i}.py").write_text(_module(i, 30, "v1"))
+    env = _env(home, "edge", MOONMIND_INDEX_WORKERS="2", MOONMIND_PROGRESS_INTERVAL_S="0.02")
+    args = ["rag", "index", str(root), "--repo", REPO, "--tenant", TENANT, "--json"]
+    proc = subprocess.Popen([MOONMIND, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    for text in proc.stderr:
+        workers = _workers_of(proc.pid)
+        m = PROGRESS.match(text)
+        if workers and m and int(m.group(3)) >= 300:
+            killed = workers[0]
+            os.kill(killed, signal.SIGKILL)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert killed, "no worker was seen mid-run"
+    assert proc.returncode == 0, err[-800:]
+    report = json.loads(out)
+    assert report["files_indexed"] == 60 and report["resumed"] is False
+    files = _store_files(home, "edge")
+    assert _torn(files, root, [f"pkg/m{i}.py" for i in range(60)]) == []
+    undisturbed = tmp_path / "home-2"
+    r = _run(_env(undisturbed, "edge", MOONMIND_INDEX_WORKERS="0"), *args)
+    assert r.returncode == 0 and json.loads(r.stdout)["chunks_written"] == report["chunks_written"]
