@@ -32,6 +32,7 @@ class StaticEmbedder:
 
     def __init__(self, model_dir: Path = STATIC_MODEL_DIR, name: str | None = None) -> None:
         config = json.loads((model_dir / "config.json").read_text())
+        self.model_dir = model_dir  # what index worker processes load (indexing/workers.py)
         self.name = name or config["name"]
         self._dir = model_dir
         self._dims = int(config["dimensions"])
