@@ -34,7 +34,6 @@ class StaticEmbedder:
         config = json.loads((model_dir / "config.json").read_text())
         self.model_dir = model_dir  # what index worker processes load (indexing/workers.py)
         self.name = name or config["name"]
-        self._dir = model_dir
         self._dims = int(config["dimensions"])
         self._model: tuple | None = None  # (vectors, tokenizer, unk id): see _loaded
         self._query_model: StaticQueryModel | None = None  # made on a numpy-free query
@@ -46,8 +45,8 @@ class StaticEmbedder:
 
             # kept as stored (float16): rows are widened to float32 when used, which gives the very
             # same values as widening the whole table, without paying for it on every process start
-            vectors = load_file(str(self._dir / "embeddings.safetensors"))["embeddings"]
-            tokenizer = Tokenizer.from_file(str(self._dir / "tokenizer.json"))
+            vectors = load_file(str(self.model_dir / "embeddings.safetensors"))["embeddings"]
+            tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
             tokenizer.no_padding()
             tokenizer.enable_truncation(512)
             self._model = (vectors, tokenizer, tokenizer.token_to_id("[UNK]"))
@@ -113,7 +112,7 @@ class StaticEmbedder:
             if self._query_model is None:
                 from .static_query import StaticQueryModel
 
-                self._query_model = StaticQueryModel(self._dir)
+                self._query_model = StaticQueryModel(self.model_dir)
             vector = self._query_model.query_vector(split_identifiers(text))
             if vector is not None:
                 return vector
