@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+
+@pytest.fixture
+def indexed(prebuilt):
+    """The fixture repository indexed as repo=demo, tenant=acme: a copy of the session's index (these
+    tests search it; how `rag index` builds it is test_indexing.py's subject), not a `rag index` each."""
+    return prebuilt
+
+
 SPEC04_ITEM_FIELDS = {"score", "source", "offset_start", "offset_end", "trust_class", "chunk_hash", "payload"}
 SPEC05_FIELDS = {
     "chunk_id", "section_title", "text", "content_hash", "chunk_sequence", "total_chunks", "indexed_at",

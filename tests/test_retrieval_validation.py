@@ -15,6 +15,14 @@ from moonmind_worker.retrieval.evaluation import first_target_rank, ndcg_at_k, r
 
 from conftest import write_tree
 
+
+@pytest.fixture
+def indexed(prebuilt):
+    """The fixture repository indexed as repo=demo, tenant=acme: a copy of the session's index (these
+    tests search it; how `rag index` builds it is test_indexing.py's subject), not a `rag index` each."""
+    return prebuilt
+
+
 FR007 = (
     "chunk_id", "source", "section_title", "text", "content_hash", "chunk_sequence", "total_chunks",
     "indexed_at", "token_count", "model_version", "score",
