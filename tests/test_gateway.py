@@ -31,6 +31,8 @@ from gateway_helpers import (
     start_gateway,
 )
 
+pytestmark = pytest.mark.slow
+
 #: (repo, tenant) pairs indexed; only ("demo", "acme") is inside the narrow token's scope.
 INDEXED = [("demo", "acme"), ("secret", "acme"), ("demo", "other"), ("Demo", "acme"), ("d\u0435mo", "acme")]
 QUERY = "where are bearer tokens checked"

@@ -9,6 +9,8 @@ import pytest
 
 from gateway_helpers import add_token, start_gateway
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def indexed(prebuilt):
