@@ -605,9 +605,19 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this suite's section of BENCHMARKS.md (or append it); other sections stay as they are."""
+FULL_TITLE = "## Benchmark suite (`python -m bench`)"
+
+
+def write_section(path: Path, section: str) -> Path:
+    """Replace this suite's section of BENCHMARKS.md (or append it); other sections stay as they are.
+
+    A quick run never replaces a full run's figures: its section goes to `<name>.quick.md`
+    beside the file instead (a smoke test of the suite, not a measurement). Returns where it went.
+    """
     text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if FULL_TITLE not in section and FULL_TITLE in text:
+        path = path.with_name(path.stem + ".quick.md")
+        text = "# Benchmarks (quick run: a smoke test, not a measurement)\n"
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         tail = rest.split(END, 1)[1].lstrip("\n")
@@ -617,6 +627,7 @@ def write_section(path: Path, section: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -647,8 +658,9 @@ def main(argv: list[str] | None = None) -> int:
             if name not in args.skip:
                 step()
         section = suite.markdown(started)
-    write_section(Path(args.output), section)
+    written = write_section(Path(args.output), section)
     if args.json:
         Path(args.json).write_text(json.dumps([f.__dict__ | {"median": f.median} for f in suite.figures], indent=2, default=str))
-    sys.stderr.write(f"[bench] wrote {args.output}\n")
+    kept = f" (a quick run: the full run's figures in {args.output} are kept)" if written != Path(args.output) else ""
+    sys.stderr.write(f"[bench] wrote {written}{kept}\n")
     return 0

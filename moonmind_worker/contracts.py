@@ -6,7 +6,7 @@ the retriever reads it, so the two can never disagree about a field name.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -22,8 +22,10 @@ TOP_K_MIN, TOP_K_MAX = 1, 50
 #: Filter keys a caller may pass; each maps to an indexed payload field.
 FILTER_KEYS = ("repo", "tenant", "run_id", "path", "language")
 
-CANONICAL = "canonical"
-WORKSPACE_OVERLAY = "workspace_overlay"
+CANONICAL: Final = "canonical"
+WORKSPACE_OVERLAY: Final = "workspace_overlay"
+#: Where a stored chunk comes from: the canonical index or a run's workspace overlay.
+TrustClass = Literal["canonical", "workspace_overlay"]
 
 
 class Filters(BaseModel):
@@ -133,7 +135,7 @@ class ChunkPayload(BaseModel):
     token_count: int
     model_version: str
     indexed_at: str  # ISO-8601 UTC
-    trust_class: Literal["canonical", "workspace_overlay"] = CANONICAL
+    trust_class: TrustClass = CANONICAL
     run_id: str = ""
     expires_at: float | None = None  # unix seconds; overlays only
     deleted: bool = False  # overlay tombstone: hides the path's canonical chunks

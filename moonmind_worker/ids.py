@@ -1,9 +1,10 @@
-"""Sortable identifiers for context packs (`ctx_` + a ULID: 48-bit ms time + 80 random bits)."""
+"""Sortable identifiers for context packs (`ctx_` + a ULID: 48-bit ms time + 80 random bits), and the one timestamp format."""
 
 from __future__ import annotations
 
 import os
 import time
+from datetime import datetime, timezone
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -17,3 +18,9 @@ def ulid(now_ms: int | None = None) -> str:
 
 def telemetry_id() -> str:
     return "ctx_" + ulid()
+
+
+def utc_timestamp(ts: float | None = None, timespec: str = "seconds") -> str:
+    """ISO 8601 in UTC with a `Z` (`2026-11-24T10:00:00Z`): every timestamp a payload, pack, manifest or event carries."""
+    moment = datetime.now(timezone.utc) if ts is None else datetime.fromtimestamp(ts, timezone.utc)
+    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")

@@ -203,6 +203,8 @@ def index(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[s
 
     settings = _settings()
     path, repo = _string(args, "path"), _string(args, "repo")
+    if not path:
+        raise _bad("path is required.", "Pass path: the root of the repository to index (an absolute path is safest).")
     root = Path(_resolve(path, Path.cwd()))
     if not root.is_dir():
         raise _bad(f"{path} is not a directory.", "Pass the root of the repository to index (an absolute path is safest).")

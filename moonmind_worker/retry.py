@@ -7,7 +7,7 @@ bounded by the caller's deadline, keeps their behaviour the same.
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from .errors import MoonmindError
 
@@ -85,7 +85,7 @@ def call_with_retries(
     """Call fn, retrying transient failures; raise a MoonmindError naming attempts when they run out."""
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_before_delay, wait_random_exponential
 
-    stop = stop_after_attempt(attempts)
+    stop: Any = stop_after_attempt(attempts)
     if deadline is not None:
         stop = stop | stop_before_delay(max(deadline - time.monotonic(), 0.0))
     count = 0

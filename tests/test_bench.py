@@ -47,6 +47,20 @@ def test_quick_benchmark_runs_every_stage_and_keeps_other_sections(tmp_path):
     assert again.count(BEGIN) == 1 and "new run" in again and "kept as is" in again
 
 
+def test_a_quick_run_never_replaces_a_full_runs_figures(tmp_path):
+    sys.path.insert(0, str(ROOT))
+    from bench.suite import BEGIN, END, FULL_TITLE, write_section
+
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text(f"# Benchmarks\n\n{BEGIN}\n{FULL_TITLE}\n\nfull figures\n{END}\n")
+    written = write_section(out, f"{BEGIN}\n## Benchmark suite (`python -m bench --quick`)\n\nquick figures\n{END}\n")
+    assert written == tmp_path / "BENCHMARKS.quick.md"
+    assert "full figures" in out.read_text() and "quick figures" not in out.read_text()
+    assert "quick figures" in written.read_text()
+    assert write_section(out, f"{BEGIN}\n{FULL_TITLE}\n\nnew full figures\n{END}\n") == out  # a full run replaces it
+    assert "new full figures" in out.read_text() and "\nfull figures" not in out.read_text()
+
+
 WRK_OUT_32 = """Running 10s test @ http://127.0.0.1:50615
   2 threads and 32 connections
   Thread Stats   Avg      Stdev     Max   +/- Stdev

@@ -20,7 +20,8 @@ from moonmind_worker.errors import MoonmindError
 from moonmind_worker.indexing.indexer import index_repository
 from moonmind_worker.indexing.overlay import clean_overlay, list_overlay, parse_duration, upsert_overlay
 from moonmind_worker.retrieval.overlay_plan import plan_search
-from moonmind_worker.retrieval.pipeline import Candidate, rank, retrieve_context_pack
+from moonmind_worker.retrieval.pipeline import retrieve_context_pack
+from moonmind_worker.retrieval.ranking import Candidate
 from moonmind_worker.store import Match, Range, SearchSpec, Where
 
 from conftest import FIXTURE_FILES, write_tree
@@ -265,7 +266,7 @@ def test_ties_break_by_score_then_path_then_offset(world):
     for seed in range(5):
         shuffled = cands[:]
         random.Random(seed).shuffle(shuffled)
-        got = active.order(rank(shuffled))
+        got = active.order(sorted(shuffled, key=lambda c: (-c.score, c.payload["path"], c.payload["offset_start"])))
         assert [c.payload["path"] for c in got] == expected
         assert [c.payload["offset_start"] for c in got][1:3] == [0, 40]
 

@@ -20,7 +20,7 @@ Delivery semantics:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
@@ -75,7 +75,7 @@ def _execute(op: str, args: dict) -> Any:
     return execute(get_settings(), op, args)
 
 
-def _retry_or_fail(task, err: MoonmindError):
+def _retry_or_fail(task: Any, err: MoonmindError) -> NoReturn:
     """Retry transient failures with exponential backoff (2, 4, 8, 16 s); fail the rest at once."""
     if err.code in TRANSIENT_CODES and task.request.retries < task.max_retries:
         raise task.retry(countdown=2 ** (task.request.retries + 1), exc=_fail(err))

@@ -55,20 +55,20 @@ class MoonmindCelery(Celery):
     and clearly that the result could not be stored, and go on.
     """
 
-    def _get_backend(self):  # type: ignore[no-untyped-def]
+    def _get_backend(self):
         backend = super()._get_backend()
         backend.store_result = _best_effort_store(backend)
         return backend
 
 
-def _best_effort_store(backend):  # type: ignore[no-untyped-def]
+def _best_effort_store(backend):
     """`backend.store_result` that logs and drops a result the backend cannot take (see MoonmindCelery)."""
     from celery.exceptions import BackendStoreError
 
     store = backend.store_result
     unreachable = (*tuple(getattr(backend, "connection_errors", ()) or ()), BackendStoreError, OSError)
 
-    def store_result(task_id, result, state, traceback=None, request=None, **kwargs):  # type: ignore[no-untyped-def]
+    def store_result(task_id, result, state, traceback=None, request=None, **kwargs):
         try:
             return store(task_id, result, state, traceback, request, **kwargs)
         except unreachable as exc:
@@ -172,7 +172,7 @@ def _refuse_shared_embedded_store(sender=None, **_: object) -> None:
 
 # ---------------------------------------------------------- warm resources ---
 
-_warm = {"pid": None}
+_warm: dict[str, int | None] = {"pid": None}
 
 
 def warm_resources() -> None:

@@ -85,7 +85,7 @@ def _terminal_columns() -> int:
     except (KeyError, ValueError):
         pass
     try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]  # None without a stdout: caught
     except (AttributeError, ValueError, OSError):
         return 80
 
@@ -212,12 +212,11 @@ def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:
     except Exception as exc:  # noqa: BLE001 - no traceback reaches the user
         if os.environ.get("MOONMIND_DEBUG"):
             raise
-        err = MoonmindError(
+        print_error(MoonmindError(
             "internal_error",
             f"Unexpected {type(exc).__name__}.",
             "Re-run with MOONMIND_DEBUG=1 for the traceback and report it.",
-        )
-        print_error(err, as_json)
+        ), as_json)
         return EXIT_INTERNAL
     finally:
         _release_resources(flush_only=_ending)

@@ -98,7 +98,7 @@ def print_overlay_report(report: dict, args: argparse.Namespace) -> int:
 
 
 def _scope(value: str | None, what: str, flag: str, env: str) -> str:
-    if not (value or "").strip():
+    if value is None or not value.strip():
         raise MoonmindError("invalid_argument", f"No {what} given.", f"Pass {flag} or export {env}.")
     return value.strip()
 

@@ -32,6 +32,7 @@ def make_embedder(settings: Settings) -> Embedder:
                 "Unset MOONMIND_EMBEDDING_MODEL or set it to moonmind-static-minilm-256.",
             )
         return StaticEmbedder()
+    base: str | None
     if provider == "ollama":
         base = settings.ollama_url.rstrip("/") + "/v1"
         key = "ollama"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,10 +59,10 @@ class OpenAICompatibleEmbedder:
     def _embed_batch(self, texts: list[str], deadline: float | None = None) -> np.ndarray:
         from ..retry import call_with_retries
 
-        kwargs: dict = {"dimensions": self._requested_dims} if self._requested_dims else {}
+        kwargs: dict[str, Any] = {"dimensions": self._requested_dims} if self._requested_dims else {}
 
         def call() -> np.ndarray:
-            extra = {}
+            extra: dict[str, Any] = {}
             if deadline is not None:  # each attempt waits at most what is left of the latency budget
                 extra["timeout"] = max(deadline - time.monotonic(), 0.001)
             resp = self._client.embeddings.create(model=self.name, input=texts, **kwargs, **extra)

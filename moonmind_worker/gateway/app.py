@@ -202,7 +202,7 @@ def create_app(
         log.exception("unexpected error")
         return _error_response(_internal())
 
-    responses = {code: {"model": ErrorEnvelope, "description": text} for code, text in _ERRORS.items()}
+    responses: dict[int | str, dict[str, Any]] = {code: {"model": ErrorEnvelope, "description": text} for code, text in _ERRORS.items()}
 
     @app.post(
         "/retrieval/context",
@@ -247,7 +247,8 @@ def create_app(
         """`ok`, or 503 with a coarse reason. Callers with a valid token also get the operator's remedy."""
         now = time.monotonic()
         with health_lock:
-            cached = health_cache["value"] if now - health_cache["at"] < HEALTH_TTL_S else None
+            fresh = now - health_cache["at"] < HEALTH_TTL_S
+            cached: tuple[str | None, MoonmindError | None] | None = health_cache["value"] if fresh else None
         if cached is None:
             cached = await run_in_threadpool(_health, settings, resources)
             with health_lock:
@@ -264,7 +265,7 @@ def create_app(
                 "action": "Ask the gateway operator to run `moonmind worker doctor` on the gateway host.",
             },
         }
-        if request.headers.get("authorization"):
+        if err is not None and request.headers.get("authorization"):
             try:
                 registry.authenticate(request.headers.get("authorization"))
                 body["error"] = err.envelope(settings.secrets())["error"]
@@ -419,7 +420,7 @@ def _add_docs(app: FastAPI) -> None:
     async def swagger_ui(request: Request) -> Response:
         root = base(request)
         return get_swagger_ui_html(
-            openapi_url=root + app.openapi_url, title=f"{app.title} - Swagger UI",
+            openapi_url=root + (app.openapi_url or ""), title=f"{app.title} - Swagger UI",
             swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js", swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
         )
@@ -428,7 +429,7 @@ def _add_docs(app: FastAPI) -> None:
     async def redoc(request: Request) -> Response:
         root = base(request)
         return get_redoc_html(
-            openapi_url=root + app.openapi_url, title=f"{app.title} - ReDoc",
+            openapi_url=root + (app.openapi_url or ""), title=f"{app.title} - ReDoc",
             redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js", redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
             with_google_fonts=False,
         )

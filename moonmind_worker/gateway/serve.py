@@ -12,13 +12,13 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI
 
 from ..errors import MoonmindError, redact
 from ..settings import Settings, get_settings
-from ..store import open_replica
+from ..store import EmbeddedStore, open_replica
 from .app import create_app, log
 from .auth import TokenRegistry
 
@@ -99,11 +99,12 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
 
     TokenRegistry(settings.tokens_file)  # a missing or broken token file fails here, once, not in each worker
     spec: dict[str, Any] = {"tokens_file": str(settings.tokens_file), "concurrency": concurrency, "workers": workers}
-    held = replicas = None
+    held: EmbeddedStore | None = None
+    replicas: Path | None = None
     if settings.embedded_store:
         from .. import runtime
 
-        held = runtime.get_store(settings)
+        held = cast("EmbeddedStore", runtime.get_store(settings))  # settings.embedded_store: an EdgeStore
         replicas = settings.moonmind_home / REPLICAS_DIR / settings.collection
         spec |= {"source": str(held.hold()), "replicas": str(replicas)}  # store_busy here, before anything starts
         _serve_the_box(settings, "the gateway's workers search frozen copies of it")
@@ -125,7 +126,8 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
             from ..owner.server import stop_serving
 
             stop_serving()
-            shutil.rmtree(replicas, ignore_errors=True)
+            if replicas is not None:
+                shutil.rmtree(replicas, ignore_errors=True)
             held.close()
 
 

@@ -12,13 +12,13 @@ import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from .. import observe
-from ..contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, ChunkPayload
+from ..contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, ChunkPayload, TrustClass
 from ..embedding import Embedder
+from ..ids import utc_timestamp
 from ..settings import Settings
 from ..store import PointIn, SparseVec, Store
 from ..store.guardrails import check_collection
@@ -88,8 +88,13 @@ def content_hash(text: str) -> str:
 
 def embedding_text(path: str, chunk: Chunk) -> str:
     """What the models see: the path and enclosing symbol give a chunk its context."""
-    title = f"{chunk.section_title}\n" if chunk.section_title else ""
-    return f"{path}\n{title}{chunk.text}"
+    return titled_text(path, chunk.section_title, chunk.text)
+
+
+def titled_text(path: str, section_title: str, text: str) -> str:
+    """`embedding_text` from a stored payload's fields (a re-embed must see exactly what the indexer embedded)."""
+    title = f"{section_title}\n" if section_title else ""
+    return f"{path}\n{title}{text}"
 
 
 def build_points(
@@ -98,7 +103,7 @@ def build_points(
     *,
     repo: str,
     tenant: str,
-    trust_class: str = CANONICAL,
+    trust_class: TrustClass = CANONICAL,
     run_id: str = "",
     expires_at: float | None = None,
 ) -> list[PointIn]:
@@ -108,7 +113,7 @@ def build_points(
         return []
     texts = [embedding_text(path, c) for path, _, c in flat]
     vectors = embedder.embed_documents(texts)
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    now = utc_timestamp()
     points = []
     for (path, fhash, c), text, vec in zip(flat, texts, vectors):
         payload = ChunkPayload(

@@ -16,7 +16,6 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -26,6 +25,7 @@ from .. import observe
 from ..contracts import PAYLOAD_SCHEMA_VERSION, WORKSPACE_OVERLAY, ChunkPayload
 from ..embedding import Embedder
 from ..errors import MoonmindError
+from ..ids import utc_timestamp
 from ..retrieval.overlay_plan import MAX_OVERLAY_FILES
 from ..settings import Settings
 from ..store import Match, MatchAny, PointIn, Range, SparseVec, Store, Where
@@ -140,7 +140,7 @@ class OverlaySummary:
             "run_id": self.run_id,
             "repo": self.repo,
             "tenant": self.tenant,
-            "expires_at": _iso(self.expires_at),
+            "expires_at": utc_timestamp(self.expires_at),
             "files": self.files,
             "tombstones": self.tombstones,
             "chunks_written": self.chunks_written,
@@ -153,13 +153,9 @@ class OverlaySummary:
         return (
             f"overlay run={self.run_id} repo={self.repo} tenant={self.tenant}: {len(self.files)} files, "
             f"{len(self.tombstones)} tombstones, {self.chunks_written} chunks written, "
-            f"{self.chunks_replaced} replaced, {len(self.skipped)} skipped, expires {_iso(self.expires_at)}, "
+            f"{self.chunks_replaced} replaced, {len(self.skipped)} skipped, expires {utc_timestamp(self.expires_at)}, "
             f"{self.seconds:.2f}s"
         )
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _tombstone(embedder: Embedder, rel: str, *, repo: str, tenant: str, run_id: str, expires_at: float) -> PointIn:
@@ -170,7 +166,7 @@ def _tombstone(embedder: Embedder, rel: str, *, repo: str, tenant: str, run_id: 
         chunk_hash=empty, content_hash=empty, offset_start=0, offset_end=0, line_start=0, line_end=0,
         section_title="", chunk_sequence=0, total_chunks=0, text="", token_count=0,
         model_version=embedder.name,
-        indexed_at=_iso(time.time()), trust_class=WORKSPACE_OVERLAY, run_id=run_id, expires_at=expires_at,
+        indexed_at=utc_timestamp(time.time()), trust_class=WORKSPACE_OVERLAY, run_id=run_id, expires_at=expires_at,
         deleted=True,
     )
     unit = np.zeros(embedder.dimensions, dtype=np.float32)
@@ -367,7 +363,7 @@ def list_overlay(*, run_id: str | None = None, settings: Settings, store: Store)
     for key in sorted(rows):
         row = rows[key]
         expires = row.pop("_expires")
-        row["expires_at"] = _iso(expires)
+        row["expires_at"] = utc_timestamp(expires)
         row["expires_in_s"] = round(expires - now, 1)
         row["expired"] = expires <= now
         out.append(row)

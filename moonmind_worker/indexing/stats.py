@@ -88,8 +88,8 @@ def collect_stats(
     if root is not None:
         stats.root_checked = True
         on_disk = set()
-        for rel, path in walk(root):
-            text, _ = read_text(path, settings.max_file_bytes)
+        for rel, full in walk(root):
+            text, _ = read_text(full, settings.max_file_bytes)
             if text is None or not chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines):
                 continue  # the indexer skips these too: not an orphan
             on_disk.add(rel)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import asdict, dataclass
-from types import SimpleNamespace
 from typing import Callable
 
 from ..contracts import PAYLOAD_SCHEMA_VERSION, READABLE_SCHEMA_VERSIONS
@@ -22,7 +21,7 @@ from ..embedding import Embedder
 from ..errors import MoonmindError
 from ..store import PointIn, SparseVec
 from ..text import lexical
-from .indexer import embedding_text
+from .indexer import titled_text
 
 #: Rounds of catch-up with writes that landed in the old collection while the sync embedded.
 CATCH_UP_ROUNDS = 3
@@ -148,7 +147,7 @@ def _points(embedder: Embedder, ids: list[str], source: dict[str, dict]) -> list
     texts = []
     for i in ids:
         p = source[i]
-        texts.append(embedding_text(p["path"], SimpleNamespace(section_title=p.get("section_title", ""), text=p["text"])))
+        texts.append(titled_text(p["path"], p.get("section_title", ""), p["text"]))
     vectors = embedder.embed_documents(texts)
     out = []
     for i, text, vec in zip(ids, texts, vectors):

@@ -17,10 +17,10 @@ It records the doctor report, the banner, the prompt snippet and the job environ
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
 from typing import Any, MutableMapping
 
 from moonmind_worker.errors import MoonmindError
+from moonmind_worker.ids import utc_timestamp
 from moonmind_worker.observe import events
 from moonmind_worker.settings import Settings
 
@@ -47,10 +47,6 @@ def job_of(manifest: dict[str, Any]) -> dict[str, Any]:
 def requires_rag(job: dict[str, Any]) -> bool:
     req = job.get("requires") or []
     return "rag" in req if isinstance(req, list) else False
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def resolve_capability(report, gateway_only: bool = False) -> tuple[str | None, str | None, str | None]:
@@ -128,7 +124,7 @@ def start_job(
         "prompt_snippet": PROMPT_SNIPPET if capability else None,
         "environment": {ENV_FIELDS[k]: v for k, v in scope.items()},
         "doctor": report.to_dict(),
-        "started_at": _now(),
+        "started_at": utc_timestamp(),
     }
 
     events.publish("rag_capability_resolved", **fields, capability=capability, reason=reason, required=required, blocked=blocked)
@@ -164,14 +160,15 @@ def finish_job(
         clean = {"skipped": "the manifest has no run_id"}
     else:
         try:
-            clean = clean_overlay_now(run_id, settings) if enqueue is None else None
-            if clean is None:
+            done = clean_overlay_now(run_id, settings) if enqueue is None else None
+            if done is None:
                 task_id = (enqueue or enqueue_overlay_clean)(run_id, settings)
-                clean = {"task_id": task_id, "run_id": run_id}
+                done = {"task_id": task_id, "run_id": run_id}
+            clean = done
         except MoonmindError as err:
             clean = {"error": err.code, "message": err.message, "action": err.action, "run_id": run_id}
     rag["overlay_clean"] = clean
-    rag["finished_at"] = _now()
+    rag["finished_at"] = utc_timestamp()
     rag["outcome"] = outcome
     events.publish("job_rag_finished", **scope, outcome=outcome, overlay_clean=clean)
     return manifest

@@ -173,7 +173,7 @@ def prune_artifacts(settings: Any = None, now: float | None = None) -> int:
 
 def list_packs(run_id: str | None, settings: Any = None) -> list[dict[str, Any]]:
     """Summaries of the packs cached for a run, oldest first (telemetry ids sort by time)."""
-    out = []
+    out: list[dict[str, Any]] = []
     d = packs_dir(run_id, settings)
     if not d.is_dir():
         return out

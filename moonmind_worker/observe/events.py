@@ -30,11 +30,10 @@ import os
 import re
 import threading
 import time
-from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import redact
-from ..ids import ulid
+from ..ids import ulid, utc_timestamp
 
 EXCHANGE = "moonmind.events"
 EXCHANGE_TYPE = "topic"
@@ -97,7 +96,7 @@ def build_event(event: str, **fields: Any) -> dict[str, Any]:
         "schema": SCHEMA_VERSION,
         "event": event,
         "event_id": "evt_" + ulid(),
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "timestamp": utc_timestamp(timespec="milliseconds"),
     }
     override = scope_override.get()
     for key, var in SCOPE_ENV.items():

@@ -139,12 +139,12 @@ def embed(fn: F) -> F:
         except Exception as err:
             metrics.incr("rag.embed.errors")
             if _mark(err):
-                is_mm = isinstance(err, MoonmindError)
+                mm = err if isinstance(err, MoonmindError) else None
                 publish(
                     "embedding_aborted",
-                    reason=err.code if is_mm else "internal_error",
+                    reason=mm.code if mm else "internal_error",
                     stage="embed",
-                    attempts=err.details.get("attempts", 1) if is_mm else 1,
+                    attempts=mm.details.get("attempts", 1) if mm else 1,
                     provider=getattr(self, "provider", "static"),
                     model=getattr(self, "name", ""),
                     texts=len(texts),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
+from typing import Any
 
 #: How long the first metric waits for the StatsD host name to resolve.
 RESOLVE_WAIT_S = 0.25
@@ -20,7 +21,7 @@ RESOLVE_WAIT_S = 0.25
 _SAFE = re.compile(r"[^a-z0-9_]+")
 _lock = threading.Lock()
 #: (host, port, prefix) -> a StatsClient, or None while resolving / when unresolvable
-_clients: dict[tuple[str, int, str], object | None] = {}
+_clients: dict[tuple[str, int, str], Any] = {}  # statsd clients (the package has no types)
 
 
 def _config() -> tuple[str, int, str] | None:

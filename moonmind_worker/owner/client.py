@@ -131,8 +131,8 @@ def _error(message: dict[str, Any]) -> MoonmindError:
     from ..errors import CODES
 
     err = message.get("error") or {}
-    code = err.get("code") if err.get("code") in CODES else "internal_error"
-    details = message.get("details") if isinstance(message.get("details"), dict) else {}
+    code = str(err["code"]) if err.get("code") in CODES else "internal_error"
+    details: dict[str, Any] = message["details"] if isinstance(message.get("details"), dict) else {}
     return MoonmindError(code, str(err.get("message", "")), str(err.get("action", "")), **details)
 
 

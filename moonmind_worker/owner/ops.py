@@ -63,8 +63,8 @@ def overlay_upsert(settings, args: dict[str, Any], progress: Progress = None) ->
 
     embedder, store = _resources(settings)
     summary = upsert_overlay(
-        args["paths"], root=Path(args["root"]), run_id=args.get("run_id"), ttl_s=parse_duration(args["ttl"]),
-        repo=args.get("repo"), tenant=args.get("tenant"), settings=settings, embedder=embedder, store=store,
+        args["paths"], root=Path(args["root"]), run_id=args.get("run_id") or "", ttl_s=parse_duration(args["ttl"]),
+        repo=args.get("repo") or "", tenant=args.get("tenant") or "", settings=settings, embedder=embedder, store=store,
     )
     return {**summary.as_dict(), "line": summary.line()}
 

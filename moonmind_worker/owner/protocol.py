@@ -20,7 +20,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
-    import socket
+    import _socket
     from typing import Any, Callable, TypeVar
 
     T = TypeVar("T")
@@ -68,7 +68,7 @@ def encode(message: dict[str, Any]) -> bytes:
 class LineReader:
     """Reads JSON lines from a socket; `read` raises EOFError when the peer closed mid-message."""
 
-    def __init__(self, sock: socket.socket, limit: int = 1 << 62) -> None:
+    def __init__(self, sock: _socket.socket, limit: int = 1 << 62) -> None:
         self._sock = sock
         self._buf = b""
         self._limit = limit

@@ -21,10 +21,13 @@ import struct
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from ..errors import MoonmindError
 from . import protocol
+
+if TYPE_CHECKING:
+    from ..store import EmbeddedStore
 
 log = logging.getLogger("moonmind.owner")
 
@@ -307,7 +310,7 @@ def serve_store(settings: Any, *, role: str, read_only: str | None = None, idle_
         return None  # a Qdrant server serves every process itself
     from .. import runtime
 
-    store = runtime.get_store(settings)
+    store = cast("EmbeddedStore", runtime.get_store(settings))  # settings.embedded_store: an EdgeStore
     store.hold()
     server = current_server()
     if server is not None and server.path == protocol.socket_path(settings.data_dir, settings.collection):

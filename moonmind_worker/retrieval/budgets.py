@@ -45,7 +45,7 @@ def estimate_pack_tokens(query: str, top_k: int, chunk_chars: int) -> tuple[int,
     return one_item + q, top_k * one_item + q
 
 
-def budget_tags(budget_type: str, limit: int | float, spent: int | float) -> dict[str, Any]:
+def budget_tags(budget_type: str, limit: int | float | None, spent: int | float) -> dict[str, Any]:
     """The telemetry tags both transports log for a budget decision (spec 03)."""
     return {"budget_type": budget_type, "budget_limit": limit, "budget_spent": spent}
 
@@ -69,7 +69,8 @@ def precheck_tokens(query: str, top_k: int, chunk_chars: int, budgets: "Budgets 
 
 def trim_to_tokens(items: list["ContextItem"], budget: int) -> tuple[list["ContextItem"], bool]:
     """Keep the best-ranked items whose tokens fit the budget; whole items only, order kept."""
-    kept, total = [], 0
+    kept: list[ContextItem] = []
+    total = 0
     for item in items:
         if total + item.token_count > budget:
             return kept, True

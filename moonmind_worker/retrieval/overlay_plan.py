@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..contracts import WORKSPACE_OVERLAY, RetrievalQuery
 from ..store import Hit, Match, Range, SearchSpec
@@ -65,7 +65,8 @@ class OverlayPlan:
         if not self.specs:
             return ranked
         seen: set[tuple[tuple[str, str, str], str]] = set()
-        first, rest = [], []
+        first: list[Any] = []
+        rest: list[Any] = []
         for c in ranked:
             key = (_file_of(c.payload), c.payload["chunk_hash"])
             if key in seen:

@@ -14,23 +14,20 @@ score, then path, then offset, so identical input gives identical output.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from .. import observe
-from ..contracts import CANONICAL, ContextPack, RetrievalQuery, Usage
+from ..contracts import ContextPack, RetrievalQuery, Usage
 from ..embedding import Embedder, normalize_whitespace
 from ..errors import MoonmindError
-from ..ids import telemetry_id
+from ..ids import telemetry_id, utc_timestamp
 from ..settings import Settings
-from ..store import Match, MatchAny, SearchSpec, SparseVec, Store, Where
+from ..store import MatchAny, SearchSpec, SparseVec, Store, Where
 from ..store.guardrails import check_collection
-from ..store.scopes import Scope, canonical_query, query_conditions
+from ..store.scopes import Scope, canonical_query
 from ..text import lexical
 from . import ranking
 from .budgets import Deadline, check_trimmed, precheck_tokens, trim_to_tokens
 from .context_pack import format_context_text, item_from_payload
 from .overlay_plan import plan_search
-from .ranking import Candidate  # noqa: F401 - re-exported for callers that rank
 
 #: Candidates per branch (dense, BM25): enough for file-level evidence and diversity.
 CANDIDATE_POOL = 80
@@ -79,20 +76,6 @@ def prepare_query_text(text: str, max_chars: int) -> tuple[str, list[str]]:
         notes.append(f"query truncated from {len(clean)} to {max_chars} characters (the embedding limit)")
         clean = clean[:max_chars]
     return clean, notes
-
-
-def _order_key(c: Candidate):
-    return (-round(c.score, 9), c.payload["path"], c.payload["offset_start"])
-
-
-def rank(candidates: list[Candidate]) -> list[Candidate]:
-    """Dedupe by (path, chunk_hash), then order by score, path, offset."""
-    best: dict[tuple[str, str, str, str], Candidate] = {}
-    for c in candidates:
-        key = (c.payload.get("repo", ""), c.payload.get("tenant", ""), c.payload["path"], c.payload["chunk_hash"])
-        if key not in best or _order_key(c) < _order_key(best[key]):
-            best[key] = c
-    return sorted(best.values(), key=_order_key)
 
 
 @observe.search
@@ -169,7 +152,7 @@ def retrieve_context_pack(
         budgets=budgets,
         usage=Usage(tokens=sum(i.token_count for i in items), latency_ms=deadline.elapsed_ms()),
         transport=query.transport,
-        retrieved_at=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        retrieved_at=utc_timestamp(),
         telemetry_id=telemetry_id(),
         query=text,
         top_k=top_k,
@@ -208,7 +191,7 @@ def no_match_note(query: RetrievalQuery, scope: Scope | None, store: Store) -> s
         return generic
     try:
         unscoped = query.model_copy(update={"filters": query.filters.model_copy(update={"repo": None, "path": None, "language": None})})
-        must = (Match("trust_class", CANONICAL), *query_conditions(unscoped, scope))
+        must = canonical_query(unscoped, scope).must
         repos = indexed_repos(store, must)
     except Exception:  # noqa: BLE001 - a note never fails a search
         return generic

@@ -51,7 +51,7 @@ class EdgeStore:
         self.wait_s = wait_s  # how long to wait for another process's hold to end (see _acquire)
         self.dir = Path(root) / collection
         self._scratch = scratch  # a replica's private directory, removed by close() (open_replica)
-        self._shard = None
+        self._shard: Any = None  # a qdrant_edge.EdgeShard once opened
         self._lock_fd: int | None = None
         self._dirty = False  # a search-only session has nothing to flush (a flush costs fsyncs)
         # meta.json and the alias, remembered while this process owns the store: no other
@@ -196,7 +196,7 @@ class EdgeStore:
         )
         shard = EdgeShard.create(str(self.data_dir / "shard"), config)
         for name, kind in PAYLOAD_INDEXES:
-            params = {
+            params: Any = {
                 "tenant": KeywordIndexParams(is_tenant=True),
                 "keyword": KeywordIndexParams(),
                 "float": FloatIndexParams(),
@@ -273,11 +273,12 @@ class EdgeStore:
 
         _refuse_if_expired(deadline)
         self._open()  # a missing collection fails here, before the requests are built
-        requests, plan = [], []
+        requests: list[Any] = []
+        plan: list[tuple[int, dict[str, int]]] = []
         for s in specs:
             flt = _edge_filter(s.where)
             q = _edge_query(s.dense, s.sparse)
-            main, extra = len(requests), {}
+            main, extra = len(requests), dict[str, int]()
             requests.append(QueryRequest(limit=s.limit, query=q, filter=flt, with_payload=False, with_vector=False))
             for score_field, dense, sparse in _rescorings(s):  # the same candidates, rescored by the other query
                 extra[score_field] = len(requests)
@@ -329,13 +330,7 @@ class EdgeStore:
         ids = list({pid: None for points in results for pid, _ in points})
         if not ids:
             return {}
-        wanted: set[str] | None = set()
-        for s in specs:
-            if s.fields is None:
-                wanted = None
-                break
-            wanted.update(s.fields)
-        key = None if wanted is None else tuple(sorted(wanted))
+        key = None if any(s.fields is None for s in specs) else tuple(sorted({f for s in specs for f in s.fields or ()}))
         out: dict[Any, tuple[str, dict[str, Any]]] = {}
         misses = []
         with self._cache_lock:
@@ -562,4 +557,6 @@ def _edge_query(dense: np.ndarray | None, sparse: SparseVec | None):
 
     if dense is not None:
         return Query.Nearest(dense.tolist(), using=DENSE)
+    if sparse is None:
+        raise ValueError("a search branch needs a dense or a sparse query")
     return Query.Nearest(SparseVector(indices=sparse.indices, values=sparse.values), using=SPARSE)

@@ -39,6 +39,12 @@ from .base import (
 class QdrantClientStore:
     """A Qdrant server or cluster (QDRANT_URL=http(s)://…), or qdrant-client's local mode (`:memory:` or a path)."""
 
+    _client: Any  # a qdrant_client.QdrantClient, imported when a store is made
+    local: bool
+    location: str
+    _has_key: bool
+    _local_lock: Any  # a lock in local mode (one client per path), else a no-op context
+
     def __init__(self, settings: Settings, collection: str, *, share: "QdrantClientStore | None" = None) -> None:
         """`share`: another store whose client this one uses (a sync target: local mode allows one client per path)."""
         from qdrant_client import QdrantClient
@@ -101,7 +107,7 @@ class QdrantClientStore:
             return fn()
 
     def info(self) -> CollectionInfo | None:
-        name = self.collection
+        name: str | None = self.collection
         if not self._call(lambda: self._client.collection_exists(name), "Qdrant"):
             name = self.alias_target()  # a server may not resolve aliases in `exists`
             if name is None or not self._call(lambda: self._client.collection_exists(name), "Qdrant"):
@@ -176,7 +182,7 @@ class QdrantClientStore:
         from qdrant_client import models as m
 
         old = self.alias_target()
-        ops = []
+        ops: list[Any] = []
         if old is not None:
             ops.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=self.collection)))
         elif self._call(lambda: self._client.collection_exists(self.collection), "Qdrant"):
@@ -235,11 +241,12 @@ class QdrantClientStore:
         from qdrant_client import models as m
 
         _refuse_if_expired(deadline)
-        requests, plan = [], []
+        requests: list[Any] = []
+        plan: list[tuple[int, dict[str, int]]] = []
         for s in specs:
             query, using = _client_query(s.dense, s.sparse)
             flt = _client_filter(s.where)
-            main, rescored = len(requests), {}
+            main, rescored = len(requests), dict[str, int]()
             requests.append(
                 m.QueryRequest(
                     query=query, using=using, filter=flt, limit=s.limit,
@@ -363,4 +370,6 @@ def _client_query(dense: np.ndarray | None, sparse: SparseVec | None):
 
     if dense is not None:
         return dense.tolist(), DENSE
+    if sparse is None:
+        raise ValueError("a search branch needs a dense or a sparse query")
     return m.SparseVector(indices=sparse.indices, values=sparse.values), SPARSE

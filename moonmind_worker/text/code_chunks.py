@@ -25,7 +25,7 @@ import threading
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # imported when first needed: commands that never chunk do not pay for it
     from tree_sitter import Language, Node, Parser
@@ -65,8 +65,8 @@ _TS_KINDS = _JS_KINDS | {
     "enum_declaration": "", "internal_module": "body", "module": "body", "function_signature": "",
     "abstract_method_signature": "", "method_signature": "", "public_field_definition": "",
 }
-_JS = dict(wrappers=frozenset({"export_statement"}), leading=frozenset({"comment", "decorator"}))
-_TS = dict(wrappers=frozenset({"export_statement", "ambient_declaration", "expression_statement"}),
+_JS: dict[str, Any] = dict(wrappers=frozenset({"export_statement"}), leading=frozenset({"comment", "decorator"}))
+_TS: dict[str, Any] = dict(wrappers=frozenset({"export_statement", "ambient_declaration", "expression_statement"}),
            leading=frozenset({"comment", "decorator"}))
 _C_KINDS = {"function_definition": "", "struct_specifier": "", "union_specifier": "", "enum_specifier": "",
             "type_definition": ""}
@@ -210,8 +210,8 @@ def code_spans(text: str, lines: list[str], language: str, path: str, max_chars:
     except (UnicodeError, ValueError, RecursionError):
         return None
     cuts: dict[int, tuple[str, str]] = {}
-    for line, title, scope in walk.cuts:  # on a shared line the later (inner) definition wins
-        cuts[line] = (title, scope)
+    for at, title, scope in walk.cuts:  # on a shared line the later (inner) definition wins
+        cuts[at] = (title, scope)
     starts = sorted(cuts)
     spans = []
     for n, s in enumerate(starts):
@@ -339,8 +339,7 @@ def _name(node: Node, walk: _Walk) -> str | None:
             target = target.child_by_field_name("type")
         return walk.text(target)[:_MAX_TITLE] if target is not None else ""
     target = node.child_by_field_name("name")
-    if target is None and node.child_by_field_name("declarator") is not None:  # C/C++: int *f(void)
-        target = node.child_by_field_name("declarator")
+    if target is None and (target := node.child_by_field_name("declarator")) is not None:  # C/C++: int *f(void)
         while (inner := target.child_by_field_name("declarator")) is not None:
             target = inner
     return walk.text(target)[:_MAX_TITLE] if target is not None else ""

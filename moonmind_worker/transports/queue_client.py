@@ -139,7 +139,7 @@ def celery_message(task: str, task_id: str, kwargs: dict[str, Any], queue: str, 
     expires = None
     if expires_s is not None:
         expires = (datetime.now(timezone.utc) + timedelta(seconds=expires_s)).isoformat()
-    headers = {
+    headers: dict[str, Any] = {
         "lang": "py", "task": task, "id": task_id, "shadow": None, "eta": None, "expires": expires,
         "group": None, "group_index": None, "retries": 0, "timelimit": [None, None], "root_id": task_id,
         "parent_id": None, "argsrepr": "()", "kwargsrepr": _short(kwargs),
@@ -255,7 +255,7 @@ def run_task(
             conn.command("LPUSH", queue, message)
         except (OSError, ConnectionError) as exc:
             raise broker_unreachable(broker_url, exc) from None
-        if not wait:
+        if not wait or sub is None:  # a wait always subscribed above
             return task_id
         meta = _wait(sub, task_id, deadline, timeout_s, queue)
         try:
