@@ -1,7 +1,8 @@
 """Where a cold `rag index` of a large real repository spends its time, stage by stage (issue 20).
 
 `python -m bench.index_profile` indexes the Django 5.1.4 source (fetched once into the gitignored
-bench/corpus/ by `bench.owner.django_source`) into a scratch MOONMIND_HOME, in this process,
+bench/corpus/ by `bench.owner.django_source`) into a scratch MOONMIND_HOME, in this process and
+without index worker processes (MOONMIND_INDEX_WORKERS=0: the stages' own cost, not their overlap),
 with wall-clock timers around each stage of the real indexer (no profiler: cProfile's per-call
 overhead inflates Python-heavy stages several-fold and misleads). Then it measures what the
 HNSW build buys: search latency on the plain segments against the optimized shard.
@@ -61,6 +62,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="moonmind-index-profile-"))
     os.environ["MOONMIND_HOME"] = str(home)
     os.environ["MOONMIND_OWNER"] = "off"
+    os.environ["MOONMIND_INDEX_WORKERS"] = "0"  # every stage in this process, where the timers are
     try:
         _profile(source)
     finally:
@@ -73,14 +75,14 @@ def _profile(source: Path) -> None:
     from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.runtime import get_embedder, get_store
     from moonmind_worker.settings import get_settings
-    from moonmind_worker.text import lexical
+    from moonmind_worker.text import chunking, lexical
 
     settings = get_settings()
     embedder, store = get_embedder(settings), get_store(settings)
     real_walk = indexer.walk
     indexer.walk = lambda *a, **k: _call(lambda: list(real_walk(*a, **k)), "walk")  # a generator: time its whole run
     _wrap(indexer, "read_text", "read")
-    _wrap(indexer, "chunk_text", "chunk")
+    _wrap(chunking, "chunk_text", "chunk")  # called through indexing/workers.py, which looks it up per job
     _wrap(lexical, "document_vector", "BM25 vectors")
     real_embed = embedder.embed_documents
     embedder.embed_documents = lambda texts: _call(real_embed, "embed", texts)  # type: ignore[method-assign]

@@ -132,3 +132,63 @@ def stop_group(proc, wait_s: float = 30.0) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process below it (Linux /proc)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class TreeResult:
+    wall_s: float
+    tree_peak_mib: float  # the largest sum of RSS over the process and its children seen at one sample
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_tree_measured(cmd: list[str], env: dict[str, str], timeout: float = 900, every_s: float = 0.05) -> TreeResult:
+    """Run a command that may start worker processes: wall and the peak of the whole tree's RSS, summed.
+
+    Why not ru_maxrss: for a process with children it is the largest single process, not their sum,
+    so an indexer that spreads its work over processes would look smaller than it is. Summed RSS
+    counts pages the processes share (the interpreter, libraries) once per process: an upper bound.
+    """
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+        peak = 0
+        while p.poll() is None:
+            peak = max(peak, sum(_rss_kb(q) for q in _tree(p.pid)))
+            if time.perf_counter() - started > timeout:
+                p.kill()
+                raise RuntimeError(f"{cmd[:3]} took more than {timeout} s")
+            time.sleep(every_s)
+        wall = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        return TreeResult(wall, peak / 1024, p.returncode, out.read(), err.read())

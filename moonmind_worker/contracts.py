@@ -331,6 +331,9 @@ class IndexReport(BaseModel):
     seconds: float
     #: every file was chunked again: the chunking recipe changed since this repo's last run
     rechunked: bool = False
+    #: the repo's previous run stopped before it finished (Ctrl-C, a kill, a crash): the files it
+    #: wrote whole were skipped by hash (`files_unchanged`), the rest written now
+    resumed: bool = False
     line: str  # the one-line human summary
 
 

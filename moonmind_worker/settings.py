@@ -254,6 +254,9 @@ class Settings:
     chunk_chars: int = setting("MOONMIND_CHUNK_CHARS", default=1500, parse=integer(ge=200))
     chunk_overlap_lines: int = setting("MOONMIND_CHUNK_OVERLAP_LINES", default=2, parse=integer(ge=0))
     max_file_bytes: int = setting("MOONMIND_MAX_FILE_BYTES", default=1_000_000, parse=integer(gt=0))
+    #: processes that chunk and embed beside the indexing one (static model only); unset: one per CPU
+    #: on a multi-core machine, started once a run is large enough to pay for them; 0: in-process
+    index_workers: int | None = setting("MOONMIND_INDEX_WORKERS", parse=integer(ge=0, le=64), optional=True)
     #: seconds between progress lines when stderr is not a terminal (a terminal gets a bar)
     progress_interval_s: float = setting("MOONMIND_PROGRESS_INTERVAL_S", default=5.0, parse=number(gt=0))
 

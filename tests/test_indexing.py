@@ -238,3 +238,27 @@ def test_a_nested_gitignore_negation_re_includes_what_the_root_excluded(cli, rep
     assert s["files_seen"] == len(FIXTURE_FILES) + 3  # both .gitignore files and logs/audit.log
     assert excluded_reason(repo, "logs/audit.log") is None
     assert excluded_reason(repo, "debug.log") == "ignored by .gitignore"
+
+
+@pytest.mark.slow  # two real index processes of ~1,000 chunks
+def test_an_index_with_worker_processes_stores_the_very_same_points_as_one_without(tmp_path, monkeypatch):
+    """Worker processes chunk and embed batches cut exactly where one process cuts them, so every
+    point (payload, dense vector bytes, BM25 vector) is identical; the static model's vectors depend
+    on the batch a text is embedded with (in the last bits), so a different cut would show here."""
+    from bench.index_dump import dump
+
+    root = tmp_path / "tree"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(24):
+        (root / f"pkg/mod_{i}.py").write_text("".join(
+            f"def handler_{i}_{j}(request, value):\n    \"\"\"Handle case {j} of module {i}.\"\"\"\n"
+            f"    return request.get('k{j}', value) * {j}\n\n\n" for j in range(40)))
+    (root / "README.md").write_text("# Tree\n\nA tree indexed twice.\n")
+    dumps = {}
+    for workers in ("0", "2"):
+        monkeypatch.setenv("MOONMIND_INDEX_WORKERS", workers)
+        monkeypatch.setenv("MOONMIND_CHUNK_CHARS", "200")
+        out = tmp_path / f"dump-{workers}.jsonl"
+        assert dump(root, out) > 256 * 3  # several batches
+        dumps[workers] = out.read_text()
+    assert dumps["0"] == dumps["2"]

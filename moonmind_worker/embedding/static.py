@@ -25,6 +25,7 @@ class StaticEmbedder:
         from tokenizers import Tokenizer
 
         config = json.loads((model_dir / "config.json").read_text())
+        self.model_dir = model_dir  # what index worker processes load (indexing/workers.py)
         self.name = name or config["name"]
         # kept as stored (float16): rows are widened to float32 when used, which gives the very
         # same values as widening the whole table, without paying for it on every process start

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -24,10 +26,12 @@ from ..store import PointIn, SparseVec, Store
 from ..store.guardrails import check_collection
 from ..store.scopes import canonical_repo
 from ..text import lexical
-from ..text.chunking import Chunk, chunk_text, language_of
+from ..text.chunking import Chunk, language_of
 from ..text.files import Skipped, read_text, walk
+from . import workers
 
 _NAMESPACE = uuid.UUID("6f1d0b52-3c0a-4f0e-9d7e-6d6f6f6e6d69")
+_NOTHING = workers.done(None)  # the "job" of a file that was not read: nothing to wait for
 
 
 @dataclass
@@ -43,6 +47,7 @@ class IndexSummary:
     skipped: list[Skipped] = field(default_factory=list)
     seconds: float = 0.0
     rechunked: bool = False
+    resumed: bool = False
 
     def report(self):
         """The wire form (contracts.IndexReport) every entry point prints from."""
@@ -59,6 +64,7 @@ class IndexSummary:
             f"({self.files_indexed} changed, {self.files_unchanged} unchanged, {self.files_deleted} deleted), "
             f"{self.chunks_written} chunks written ({rate:.0f}/s), {len(self.skipped)} skipped, {self.seconds:.2f}s"
             + ("; every file re-chunked (chunking changed since the last run)" if self.rechunked else "")
+            + ("; resumed a run that was cut short (the files it finished were kept)" if self.resumed else "")
         )
 
 
@@ -190,6 +196,14 @@ def index_repository(
     store: Store,
     progress: Callable[..., None] | None = None,  # (files done, files, chunks so far)
 ) -> IndexSummary:
+    """Walk → read and hash → chunk → embed + BM25 + payloads → write, streamed in bounded batches.
+
+    Chunking and embedding run on the other cores (`workers`) when the run is big enough to pay for
+    starting them; this process reads, decides what changed, and writes, in file order. Batches are
+    cut exactly where a single process cuts them (the static model's vectors depend on the batch
+    a text is embedded with, in the last bits), and written in order, so the stored points are the
+    same bit for bit whichever way a run goes, and an interrupted run leaves whole files behind.
+    """
     started = time.perf_counter()
     summary = IndexSummary(repo=repo, tenant=tenant)
     info = check_collection(store, embedder, must_exist=False)
@@ -210,53 +224,104 @@ def index_repository(
         # recipe now, and a first index that is interrupted resumes (finished files are skipped by
         # hash) instead of re-chunking everything under a false "chunking changed"
         recipes[scope_key] = recipe
-        store.set_metadata(chunk_recipes=recipes)
         rechunk = False
+    # marked before the first write, cleared by the last: the next run knows this one was cut short
+    unfinished = dict((info.extra.get("unfinished_index_runs") if info else None) or {})
+    summary.resumed = scope_key in unfinished
+    unfinished[scope_key] = time.time()
+    store.set_metadata(chunk_recipes=recipes, unfinished_index_runs=unfinished)
 
     files = list(walk(root, summary.skipped))
     summary.files_seen = len(files)
+    batch_chunks = max(settings.embedding_batch_size * 4, 256)
+    pool = workers.Pool(embedder, settings)
+    # files in order, waiting for their chunks: [rel, hash, what was stored, slot in its job, chunking job, skip reason]
+    line: deque[list] = deque()
+    group: list[tuple[str, str]] = []  # changed files not yet handed to a chunking job: (rel, text)
+    unsent: list[list] = []  # their places in `line`
+    group_chars = 0
+    writing: deque[tuple[Future, list[str]]] = deque()  # batches being embedded: (points job, stale ids)
     pending: list[tuple[str, str, list[Chunk]]] = []
     pending_chunks = 0
     stale: list[str] = []
-    batch_chunks = max(settings.embedding_batch_size * 4, 256)
+    taken = 0
+
+    def send_group() -> None:
+        nonlocal group, unsent, group_chars
+        if group:
+            job = pool.chunk(group, settings.chunk_chars, settings.chunk_overlap_lines)
+            for slot, entry in enumerate(unsent):
+                entry[3], entry[4] = slot, job
+            group, unsent, group_chars = [], [], 0
+
+    def write(block: bool) -> None:
+        """Store the embedded batches at the head of the line, in order (all of them when `block`)."""
+        while writing and (block or writing[0][0].done() or len(writing) > pool.batches_in_flight):
+            job, stale_ids = writing.popleft()
+            points = pool.result(job)
+            store.upsert(points)
+            summary.chunks_written += len(points)
+            new_ids = {p.id for p in points}
+            drop = [i for i in stale_ids if i not in new_ids]
+            store.delete_ids(drop)
+            summary.chunks_deleted += len(drop)
 
     def flush() -> None:
         nonlocal pending, pending_chunks, stale
-        points = build_points(embedder, pending, repo=repo, tenant=tenant)
-        store.upsert(points)
-        summary.chunks_written += len(points)
-        new_ids = {p.id for p in points}
-        drop = [i for i in stale if i not in new_ids]
-        store.delete_ids(drop)
-        summary.chunks_deleted += len(drop)
+        writing.append((pool.points(pending, repo=repo, tenant=tenant) if pending else workers.done([]), stale))
         pending, pending_chunks, stale = [], 0, []
+        write(block=False)
 
-    for n, (rel, path) in enumerate(files, 1):
-        text, reason = read_text(path, settings.max_file_bytes)
-        if progress:  # files before this one are done; 100% is reported once the last write is in
-            progress(n - 1, len(files), summary.chunks_written + pending_chunks)
-        if text is None:
-            summary.skipped.append(Skipped(rel, reason or "unreadable"))
-            continue
-        fhash = content_hash(text)
-        old = stored.pop(rel, None)
-        if old is not None and old.complete(fhash):
-            if not rechunk:
-                summary.files_unchanged += 1
+    def take(block: bool) -> None:
+        """Hand the chunks of files at the head of the line on to batches, in file order."""
+        nonlocal pending_chunks, taken
+        while line and line[0][4] is not None and (block or line[0][4].done() or len(line) > pool.files_in_flight):
+            rel, fhash, old, slot, job, reason = line.popleft()
+            taken += 1
+            if progress:  # files before this one are done; 100% is reported once the last write is in
+                progress(taken - 1, len(files), summary.chunks_written + pending_chunks)
+            if reason is not None:
+                summary.skipped.append(Skipped(rel, reason))
                 continue
-            summary.rechunked = True
-        chunks = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines)
-        if not chunks and old is None:
-            summary.skipped.append(Skipped(rel, "no text to index"))
-            continue
-        summary.files_indexed += 1
-        if old is not None:
-            stale.extend(old.ids)
-        pending.append((rel, fhash, chunks))
-        pending_chunks += len(chunks)
-        if pending_chunks >= batch_chunks:
-            flush()
-    flush()
+            chunks = pool.result(job)[slot]
+            if not chunks and old is None:
+                summary.skipped.append(Skipped(rel, "no text to index"))
+                continue
+            summary.files_indexed += 1
+            if old is not None:
+                stale.extend(old.ids)
+            pending.append((rel, fhash, chunks))
+            pending_chunks += len(chunks)
+            if pending_chunks >= batch_chunks:
+                flush()
+
+    try:
+        for rel, path in files:
+            text, reason = read_text(path, settings.max_file_bytes)
+            if text is None:
+                line.append([rel, "", None, 0, _NOTHING, reason or "unreadable"])
+                continue
+            fhash = content_hash(text)
+            old = stored.pop(rel, None)
+            if old is not None and old.complete(fhash):
+                if not rechunk:
+                    summary.files_unchanged += 1
+                    continue
+                summary.rechunked = True
+            entry = [rel, fhash, old, 0, None, None]
+            line.append(entry)
+            unsent.append(entry)
+            group.append((rel, text))
+            group_chars += len(text)
+            if group_chars >= pool.group_chars or len(group) >= pool.group_files:
+                send_group()
+                take(block=False)
+        send_group()
+        take(block=True)
+        flush()
+        write(block=True)
+    finally:
+        pool.close()
     if progress:
         progress(len(files), len(files), summary.chunks_written)
     # files that are gone (or now ignored/skipped) lose their chunks
@@ -265,7 +330,8 @@ def index_repository(
     store.delete_ids(gone)
     summary.chunks_deleted += len(gone)
     recipes[scope_key] = recipe
-    store.set_metadata(last_indexed_at=time.time(), chunk_recipes=recipes)
+    unfinished.pop(scope_key, None)
+    store.set_metadata(last_indexed_at=time.time(), chunk_recipes=recipes, unfinished_index_runs=unfinished)
     store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
     store.flush()
     summary.seconds = time.perf_counter() - started

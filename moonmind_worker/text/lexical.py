@@ -13,6 +13,7 @@ import re
 import zlib
 from collections import Counter
 from functools import lru_cache
+from itertools import chain
 
 _TOKEN = re.compile(r"[A-Za-z0-9_]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -89,11 +90,12 @@ def term_id(term: str) -> int:
 
 def document_vector(text: str) -> tuple[list[int], list[float]]:
     """BM25 term-frequency weights (the IDF part is applied by Qdrant)."""
-    counts = Counter(i for tok in _TOKEN.findall(text) for i in _token_ids(tok))
+    counts = Counter(chain.from_iterable(map(_token_ids, _TOKEN.findall(text))))  # counted in C, no generator frames
     length = sum(counts.values()) or 1
     norm = K1 * (1 - B + B * length / AVG_LEN)
     ids = sorted(counts)
-    return ids, [counts[i] * (K1 + 1) / (counts[i] + norm) for i in ids]
+    k1 = K1 + 1
+    return ids, [c * k1 / (c + norm) for c in map(counts.__getitem__, ids)]
 
 
 def query_vector(text: str) -> tuple[list[int], list[float]]:

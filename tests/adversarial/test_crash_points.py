@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -226,3 +229,116 @@ def test_a_first_index_cut_short_resumes_without_re_chunking_what_it_finished(tm
     assert report["files_unchanged"] > 0, "files the cut-short run finished are skipped by hash"
     paths = [str(p.relative_to(root)) for p in root.rglob("*.py")]
     assert _torn(_store_files(home, "edge"), root, paths) == []
+
+
+def _children(pid: int) -> set[int]:
+    """The processes `pid` started (Linux /proc): its index workers and their resource tracker."""
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out.update(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            pass
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+PROGRESS = re.compile(r"^progress: (\d+)/(\d+) files \(\d+%\), (\d+) chunks")
+EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: -signal.SIGTERM, signal.SIGKILL: -signal.SIGKILL}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_an_index_stopped_by_a_signal_mid_run_keeps_what_it_finished_and_the_next_run_resumes(sig, tmp_path):
+    """Issue 20: a real `moonmind rag index` (worker processes and all) gets SIGINT, SIGTERM or SIGKILL
+    with several batches written and more in flight. Its workers die with it; the next run skips the
+    files it finished by hash, writes the rest, says it resumed, never that the chunking changed,
+    and leaves every file whole."""
+    root, home = tmp_path / "tree", tmp_path / "home"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(60):  # ~1,800 chunks of 200 characters: ~7 write batches
+        (root / f"pkg/m{i}.py").write_text(_module(i, 30, "v1"))
+    env = _env(home, "edge", MOONMIND_INDEX_WORKERS="2", MOONMIND_PROGRESS_INTERVAL_S="0.02")
+    args = ["rag", "index", str(root), "--repo", REPO, "--tenant", TENANT]
+    proc = subprocess.Popen([MOONMIND, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen, workers = [], set()
+    for text in proc.stderr:
+        seen.append(text)
+        workers |= _children(proc.pid)
+        m = PROGRESS.match(text)
+        if m and int(m.group(3)) >= 800:  # written + waiting for a batch: at least two batches are in
+            break
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert seen and PROGRESS.match(seen[-1]), f"the run ended before the signal: {''.join(seen)[-500:]}{err[-500:]}"
+    assert int(PROGRESS.match(seen[-1]).group(1)) < 60, "every file was read before the signal: not mid-run"
+    assert proc.returncode == EXIT_BY_SIGNAL[sig], (proc.returncode, err[-500:])
+    if sig == signal.SIGINT:
+        assert err.rstrip().endswith("interrupted") and "Traceback" not in err, err[-500:]
+    assert workers, "the run started no worker processes"
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in workers if _alive(p)], "worker processes outlived the index run"
+
+    again = _run(_env(home, "edge"), *args)
+    assert again.returncode == 0, again.stderr
+    counts = re.search(r": 60 files \((\d+) changed, (\d+) unchanged, 0 deleted\), (\d+) chunks written", again.stdout)
+    assert counts, again.stdout
+    resumed, kept, written = map(int, counts.groups())
+    assert kept >= 2 and resumed >= 1 and resumed + kept == 60, again.stdout  # finished files skipped by hash
+    assert "resumed a run that was cut short" in again.stdout
+    assert "re-chunked" not in again.stdout and "chunking changed" not in again.stdout
+    files = _store_files(home, "edge")
+    assert _torn(files, root, [f"pkg/m{i}.py" for i in range(60)]) == []
+    assert 0 < written < sum(len(chunks) for chunks in files.values())  # only what was left is written again
+
+
+def _workers_of(pid: int) -> list[int]:
+    """Its index worker processes (not multiprocessing's resource tracker)."""
+    out = []
+    for child in _children(pid):
+        try:
+            cmd = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"spawn_main" in cmd:
+            out.append(child)
+    return out
+
+
+@pytest.mark.slow  # two index runs of ~1,800 chunks, one of them partly in a single process
+def test_a_worker_killed_mid_run_costs_nothing_but_time(tmp_path):
+    """A worker that dies (the OOM killer, a stray kill) takes its jobs with it: the run does them in
+    its own process and finishes, every file whole, with the same points as a run nobody disturbed."""
+    root, home = tmp_path / "tree", tmp_path / "home"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(60):
+        (root / f"pkg/m{i}.py").write_text(_module(i, 30, "v1"))
+    env = _env(home, "edge", MOONMIND_INDEX_WORKERS="2", MOONMIND_PROGRESS_INTERVAL_S="0.02")
+    args = ["rag", "index", str(root), "--repo", REPO, "--tenant", TENANT, "--json"]
+    proc = subprocess.Popen([MOONMIND, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    for text in proc.stderr:
+        workers = _workers_of(proc.pid)
+        m = PROGRESS.match(text)
+        if workers and m and int(m.group(3)) >= 300:
+            killed = workers[0]
+            os.kill(killed, signal.SIGKILL)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert killed, "no worker was seen mid-run"
+    assert proc.returncode == 0, err[-800:]
+    report = json.loads(out)
+    assert report["files_indexed"] == 60 and report["resumed"] is False
+    files = _store_files(home, "edge")
+    assert _torn(files, root, [f"pkg/m{i}.py" for i in range(60)]) == []
+    undisturbed = tmp_path / "home-2"
+    r = _run(_env(undisturbed, "edge", MOONMIND_INDEX_WORKERS="0"), *args)
+    assert r.returncode == 0 and json.loads(r.stdout)["chunks_written"] == report["chunks_written"]

@@ -1,0 +1,167 @@
+"""Chunking and embedding for `indexing.indexer.index_repository` on the machine's other cores.
+
+Why processes: the indexer's CPU work is Python (tree-sitter glue, BM25 counting, payloads)
+and engine calls that hold the GIL (Qdrant Edge's update and optimize), so threads take turns
+instead of running side by side. Worker processes chunk files and turn batches of chunks into
+points (embedding, BM25 vectors, payloads); the indexing process reads, decides, and writes.
+
+Only the offline static model runs here: it is CPU work in this machine's cores. A hosted
+embedder spends its time waiting on the network and keeps the in-process path (`Pool` then runs
+every job at once, in this process), as does a run too small to pay for starting processes.
+Workers die with the process that started them (SIGKILL included: PR_SET_PDEATHSIG), ignore
+Ctrl-C (the indexing process decides what an interrupt means), and hold no store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any, Callable
+
+#: Changed-file text handed to one chunking job (characters), or this many files, whichever comes first.
+GROUP_CHARS = 256_000
+GROUP_FILES = 48
+#: In auto mode, processes start once this much changed text (characters) was seen: a run smaller
+#: than this finishes in about the time two workers take to start (imports, the model).
+START_CHARS = 1_500_000
+
+
+def done(value: Any) -> Future:
+    """A job that ran already (the in-process path)."""
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
+def worker_count(setting: int | None) -> int:
+    """Worker processes for a run: the setting, or one per CPU when there are several (0: in-process)."""
+    if setting is not None:
+        return setting
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(cpus, 8) if cpus > 1 else 0
+
+
+class Pool:
+    """Chunking and point-building jobs, in worker processes or (see module doc) in this process.
+
+    Jobs return futures; the caller keeps them in order and bounds how many are in flight
+    (`files_in_flight`, `batches_in_flight`), so memory stays flat however large the repository.
+    """
+
+    def __init__(self, embedder: Any, settings: Any) -> None:
+        from ..embedding.static import StaticEmbedder
+
+        self._embedder = embedder
+        setting = settings.index_workers
+        self._workers = worker_count(setting) if isinstance(embedder, StaticEmbedder) else 0
+        self._start_at = 0 if setting else START_CHARS  # an explicit count starts at the first job
+        self._seen = 0
+        self._executor: ProcessPoolExecutor | None = None
+        self._jobs: dict[Future, tuple[Callable[..., Any], tuple]] = {}  # pool jobs: what to run here if a worker dies
+        self.group_chars, self.group_files = GROUP_CHARS, GROUP_FILES
+        self.files_in_flight = max(self._workers, 1) * 2 * GROUP_FILES
+        self.batches_in_flight = max(self._workers, 1) + 1
+
+    @property
+    def parallel(self) -> bool:
+        return self._executor is not None
+
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        if self._executor is None and self._workers and self._seen >= self._start_at:
+            self._start()
+        if self._executor is not None:
+            try:
+                job = self._executor.submit(fn, None, *args)
+            except BrokenProcessPool:
+                self._give_up()
+            else:
+                self._jobs[job] = (fn, args)
+                return job
+        return done(fn(self._embedder, *args))
+
+    def result(self, job: Future) -> Any:
+        """A job's result; one a dead worker took with it is computed here instead (see `_give_up`)."""
+        call = self._jobs.pop(job, None)
+        try:
+            return job.result()
+        except BrokenProcessPool:
+            self._give_up()
+            fn, args = call  # type: ignore[misc]
+            return fn(self._embedder, *args)
+
+    def _give_up(self) -> None:
+        """A worker died (killed, out of memory, or a script that re-runs itself in every new process
+        because its entry point lacks `if __name__ == "__main__":`): the run goes on in this process."""
+        executor, self._executor, self._workers = self._executor, None, 0
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def _start(self) -> None:
+        import multiprocessing
+
+        model = self._embedder
+        self._executor = ProcessPoolExecutor(
+            max_workers=self._workers,
+            mp_context=multiprocessing.get_context("spawn"),  # never fork a process that holds the engine's threads
+            initializer=_init,
+            initargs=(str(model.model_dir), model.name, os.getpid()),
+        )
+
+    def chunk(self, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int) -> Future:
+        """Chunks of each (path, text), in order."""
+        self._seen += sum(len(text) for _, text in group)
+        return self._submit(_chunk_group, group, chunk_chars, overlap_lines)
+
+    def points(self, docs: list, *, repo: str, tenant: str) -> Future:
+        """`indexer.build_points` of one batch (embedded as one batch, wherever it runs)."""
+        return self._submit(_points, docs, repo, tenant)
+
+    def close(self) -> None:
+        """Workers exit once their current job is done; jobs not started are dropped (an error or interrupt)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            # not killed: a worker stopped mid-job leaves the pool's semaphores to the resource
+            # tracker, which then warns on stderr under the "interrupted" line; a job takes < 1 s
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+# --- in the worker processes ------------------------------------------------
+
+_model: Any = None
+
+
+def _init(model_dir: str, name: str, parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+    from ..embedding.static import StaticEmbedder
+
+    global _model
+    _model = StaticEmbedder(Path(model_dir), name)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel kills this process when its parent dies, however it dies."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+
+
+def _chunk_group(embedder: Any, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int) -> list:
+    from ..text.chunking import chunk_text
+
+    return [chunk_text(text, rel, chunk_chars, overlap_lines) for rel, text in group]
+
+
+def _points(embedder: Any, docs: list, repo: str, tenant: str) -> list:
+    from .indexer import build_points
+
+    return build_points(embedder if embedder is not None else _model, docs, repo=repo, tenant=tenant)
