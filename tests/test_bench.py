@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import _SCRUB
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_quick_benchmark_runs_every_stage_and_keeps_other_sections(tmp_path):
     out = tmp_path / "BENCHMARKS.md"
     out.write_text("# Benchmarks\n\n## Someone else's section\n\nkept as is\n")
@@ -80,6 +83,7 @@ def test_wrk_summary_is_read_from_the_distribution_not_from_a_stdev_column_endin
     assert parse_wrk(WRK_OUT_32) == {"rps": 261.26, "p50_ms": 120.96, "p99_ms": 157.56, "requests": 2617, "non_2xx": 0}
 
 
+@pytest.mark.slow
 def test_index_profile_reports_every_stage_and_the_search_latency_it_buys(tmp_path):
     from conftest import FIXTURE_FILES, write_tree
 

@@ -64,6 +64,7 @@ def job_env(env, **extra) -> dict:
     return e
 
 
+@pytest.mark.slow
 def test_direct_capability_prints_the_banner_and_fills_the_manifest(indexed, cli, env, tmp_path, bus):
     path = manifest(tmp_path)
     r = cli("job", "start", "--manifest", path, "--env-file", str(tmp_path / "job.env"), extra_env=job_env(env))
@@ -105,6 +106,7 @@ def gateway():
     server.server_close()
 
 
+@pytest.mark.slow
 def test_a_healthy_gateway_resolves_to_the_gateway_capability(cli, env, tmp_path, gateway, bus):
     path = manifest(tmp_path, requires=["rag"])
     r = cli("job", "start", "--manifest", path, extra_env=job_env(env, MOONMIND_RETRIEVAL_URL=gateway))
@@ -129,6 +131,7 @@ def test_no_retrieval_leaves_the_capability_absent_with_the_reason(cli, env, tmp
     assert got["doctor_failed"]["blocked"] is False and got["doctor_failed"]["checks"][0]["name"] == "collection"
 
 
+@pytest.mark.slow
 def test_doctor_failure_blocks_a_job_that_requires_rag_with_the_remedy(cli, env, tmp_path, bus):
     path = manifest(tmp_path, requires=["rag"])
     r = cli("job", "start", "--manifest", path, "--json", extra_env=job_env(env))
@@ -199,6 +202,7 @@ def job_app(env, monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
+@pytest.mark.slow
 def test_celery_job_task_sees_the_capability_and_its_environment_then_its_overlay_is_cleaned_at_once(indexed, job_app, bus, tmp_path):
     """The worker owns the store, so the job's end removes the run's overlay right there (nothing left queued)."""
     from celery.contrib.testing.worker import start_worker

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from gateway_helpers import start_gateway
 
 
@@ -25,6 +27,7 @@ def test_python_dash_m_moonmind_worker_is_the_moonmind_command(env, tmp_path):
     assert p.returncode == 2 and p.stderr.startswith("error[invalid_argument]: No query given.")
 
 
+@pytest.mark.slow
 def test_the_query_may_be_positional_and_gives_the_same_pack_as_the_flag(indexed, cli):
     positional = cli("rag", "search", "bearer token check", "--filters", "repo=demo", "--json")
     flag = cli("rag", "search", "--query", "bearer token check", "--filters", "repo=demo", "--json")
@@ -38,6 +41,7 @@ def test_a_query_given_both_ways_is_a_usage_error(cli):
     assert r.error()["code"] == "invalid_argument" and "twice" in r.error()["message"]
 
 
+@pytest.mark.slow
 def test_index_and_overlay_upsert_default_to_the_same_tenant_and_search_finds_both(cli, repo):
     assert cli("rag", "index", str(repo), "--repo", "demo").code == 0
     (repo / "auth" / "sessions.py").write_text('def rotate_session_cookie(session):\n    """Fresh cookie after login."""\n')
@@ -51,6 +55,7 @@ def test_index_and_overlay_upsert_default_to_the_same_tenant_and_search_finds_bo
     assert {i["trust_class"] for i in found["items"]} == {"overlay", "canonical"}
 
 
+@pytest.mark.slow
 def test_moonmind_tenant_is_the_default_of_index_overlay_and_search_alike(cli, repo):
     acme = {"MOONMIND_TENANT": "acme"}
     assert cli("rag", "index", str(repo), "--repo", "demo", extra_env=acme).code == 0
@@ -61,6 +66,7 @@ def test_moonmind_tenant_is_the_default_of_index_overlay_and_search_alike(cli, r
     assert other["items"] == []
 
 
+@pytest.mark.slow
 def test_a_gateway_token_defaults_to_the_tenant_rag_index_wrote(cli, repo, env, home, tmp_path):
     assert cli("rag", "index", str(repo), "--repo", "demo").code == 0
     token = cli("gateway", "add-token", "--name", "w", "--repo", "demo")

@@ -58,6 +58,7 @@ def _masked(text: str) -> str:
     return VOLATILE.sub(lambda m: (m.group(1) or m.group(2)) + "<volatile>", text)
 
 
+@pytest.mark.slow
 def test_queue_search_prints_exactly_what_sync_prints(stack):
     r = run(stack["env"], *QUERY, "--execution", "queue")
     assert r.returncode == 0, r.stderr
@@ -65,6 +66,7 @@ def test_queue_search_prints_exactly_what_sync_prints(stack):
     assert r.stderr == stack["sync_text"].stderr
 
 
+@pytest.mark.slow
 def test_queue_search_json_is_byte_identical_to_sync(stack, tmp_path):
     out = tmp_path / "pack.json"
     r = run(stack["env"], *QUERY, "--json", "--execution", "queue", "--output-file", str(out))
@@ -78,11 +80,13 @@ def test_queue_search_json_is_byte_identical_to_sync(stack, tmp_path):
     assert queued["items"] and queued["items"][0]["source"] == "auth/tokens.py"
 
 
+@pytest.mark.slow
 def test_execution_mode_comes_from_the_environment(stack):
     r = run({**stack["env"], "MOONMIND_RAG_EXECUTION": "queue"}, *QUERY)
     assert r.returncode == 0 and r.stdout == stack["sync_text"].stdout
 
 
+@pytest.mark.slow
 def test_queue_mode_imports_no_pydantic_model_numpy_qdrant_or_celery(stack):
     r = run({**stack["env"], "PYTHONPROFILEIMPORTTIME": "1"}, *QUERY, "--execution", "queue")
     assert r.returncode == 0
@@ -95,6 +99,7 @@ def test_queue_mode_imports_no_pydantic_model_numpy_qdrant_or_celery(stack):
     assert "moonmind_worker.contracts" not in modules
 
 
+@pytest.mark.slow
 def test_queue_index_and_no_wait_return_a_task_id(stack):
     tree = write_tree(stack["base"] / f"tree-{uuid.uuid4().hex[:6]}", {"notes/cache.md": "# Cache\n\nEvictions use LRU order.\n"})
     r = run(stack["env"], "rag", "index", str(tree), "--repo", "notes", "--tenant", "acme", "--execution", "queue", "--json")
@@ -106,6 +111,7 @@ def test_queue_index_and_no_wait_return_a_task_id(stack):
     assert str(uuid.UUID(r.stdout.strip())) == r.stdout.strip()
 
 
+@pytest.mark.slow
 def test_no_worker_on_the_queue_is_named_and_nothing_is_sent(stack):
     nobody = f"test-nobody-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
@@ -116,6 +122,7 @@ def test_no_worker_on_the_queue_is_named_and_nothing_is_sent(stack):
     assert redis().llen(nobody) == 0
 
 
+@pytest.mark.slow
 def test_no_result_within_the_timeout_is_a_timeout_error(stack):
     stale = f"test-stale-{uuid.uuid4().hex[:8]}"
     r = redis()
@@ -133,6 +140,7 @@ def test_no_result_within_the_timeout_is_a_timeout_error(stack):
         purge(stale)
 
 
+@pytest.mark.slow
 def test_broker_down_is_named_within_the_timeout(stack):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -144,6 +152,7 @@ def test_broker_down_is_named_within_the_timeout(stack):
     assert time.monotonic() - started < 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bad",
     [
@@ -183,6 +192,7 @@ def test_the_cli_key_checks_stay_within_the_contracts():
         assert info.value.code == "internal_error" and "same moonmind-worker version" in info.value.action
 
 
+@pytest.mark.slow
 def test_the_workers_info_log_holds_no_retrieved_text(stack):
     """Celery logs a task's return value at INFO by default: for a search, code from the pack."""
     r = run(stack["env"], *QUERY, "--execution", "queue", "--json")

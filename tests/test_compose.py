@@ -144,6 +144,7 @@ def test_the_gateway_token_file_lives_in_its_volume_and_the_documented_one_liner
     assert args._handler.__name__ == "cmd_add_token"
 
 
+@pytest.mark.slow
 def test_the_gateway_healthcheck_goes_green_on_a_fresh_gateway_with_nothing_indexed(compose, home, tmp_path):
     """Run the compose healthcheck itself against a real gateway on an empty store (no collection yet)."""
     import subprocess

@@ -147,18 +147,21 @@ def assert_markers_unforgeable(context_text: str) -> None:
 # ---- the formatter, many examples ---------------------------------------------
 
 
+@pytest.mark.slow
 @FAST
 @given(items_strategy)
 def test_fence_structure_parses_back_to_exactly_the_items(items):
     assert_round_trip(format_context_text(items), items)
 
 
+@pytest.mark.slow
 @FAST
 @given(items_strategy)
 def test_control_ansi_bidi_and_invisible_characters_are_neutralised(items):
     assert_inert(format_context_text(items))
 
 
+@pytest.mark.slow
 @FAST
 @given(items_strategy)
 def test_retrieved_text_cannot_forge_the_begin_and_end_markers(items):
@@ -174,6 +177,7 @@ def test_snippet_fence_is_longer_than_any_backtick_run_inside(text):
     assert len(fence) == max(3, longest + 1)
 
 
+@pytest.mark.slow
 @FAST
 @given(items_strategy)
 def test_a_real_end_marker_copied_into_a_file_does_not_end_the_next_block(items):
@@ -279,6 +283,7 @@ def check_pack(pack: dict, root: Path) -> None:
         assert source[item.offset_start : item.offset_end] == item.text
 
 
+@pytest.mark.slow
 @E2E
 @given(st.lists(hostile_text, min_size=1, max_size=4))
 def test_hostile_files_indexed_and_searched_through_the_cli_parse_back_exactly(e2e_env, tmp_path_factory, contents):
@@ -320,6 +325,7 @@ def hostile_repo(e2e_env, tmp_path_factory) -> tuple[str, Path]:
     return repo, root
 
 
+@pytest.mark.slow
 def test_nul_late_in_a_text_file_is_kept_in_json_and_escaped_in_markdown(e2e_env, hostile_repo):
     repo, root = hostile_repo
     r = moonmind(e2e_env, "rag", "search", "--query", "value", "--filters", f"repo={repo}", "path=late_nul.py",
@@ -345,6 +351,7 @@ def test_markdown_on_stdout_cannot_rewrite_a_terminal(e2e_env, hostile_repo, tmp
     assert any("\x1b[2J" in i["text"] for i in pack["items"])
 
 
+@pytest.mark.slow
 def test_token_budget_through_the_cli_drops_whole_items(e2e_env, hostile_repo):
     repo, root = hostile_repo
     full = search_all(e2e_env, repo)
@@ -361,6 +368,7 @@ def test_token_budget_through_the_cli_drops_whole_items(e2e_env, hostile_repo):
     assert pack["usage"]["tokens"] <= budget
 
 
+@pytest.mark.slow
 def test_overlay_edit_is_marked_as_the_workers_own_uncommitted_edit_through_the_cli(e2e_env, hostile_repo, tmp_path):
     repo, root = hostile_repo
     (root / "wip.py").write_text("def hostile_wip():\n    '''hostile content marker, not committed: ```` \x1b[2J'''\n")

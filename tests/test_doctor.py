@@ -25,6 +25,7 @@ def _lines(stdout: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_doctor_passes_on_a_healthy_embedded_setup(cli, prebuilt):
     r = cli("worker", "doctor")
     assert r.code == 0, r.stdout + r.stderr
@@ -37,6 +38,7 @@ def test_doctor_passes_on_a_healthy_embedded_setup(cli, prebuilt):
     assert r.stdout.rstrip().endswith("retrieval: usable")
 
 
+@pytest.mark.slow
 def test_doctor_json_is_the_same_checklist(cli, prebuilt):
     r = cli("worker", "doctor", "--json")
     assert r.code == 0, r.stderr
@@ -58,6 +60,7 @@ def test_doctor_fails_with_index_remedy_when_the_collection_is_missing(cli):
     assert data["error"]["code"] == "collection_missing"
 
 
+@pytest.mark.slow
 def test_doctor_names_the_missing_embedding_credential(cli, prebuilt):
     r = cli("worker", "doctor", extra_env={"MOONMIND_EMBEDDING_PROVIDER": "google"})
     assert r.code == 3
@@ -65,6 +68,7 @@ def test_doctor_names_the_missing_embedding_credential(cli, prebuilt):
     assert line.startswith("✗") and "GOOGLE_API_KEY is not set" in line and ".env" in line
 
 
+@pytest.mark.slow
 def test_doctor_reports_dimension_and_model_drift_with_the_sync_remedy(cli, prebuilt, embeddings):
     env = {"MOONMIND_EMBEDDING_PROVIDER": "openai", "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": embeddings.base_url,
            "MOONMIND_EMBEDDING_MODEL": "local-embed-512"}
@@ -79,6 +83,7 @@ def test_doctor_reports_dimension_and_model_drift_with_the_sync_remedy(cli, preb
     assert "query" not in lines  # no query against a collection it cannot read
 
 
+@pytest.mark.slow
 def test_doctor_reports_unreachable_qdrant_as_connectivity(cli):
     r = cli("worker", "doctor", "--json", extra_env={"QDRANT_URL": f"http://127.0.0.1:{closed_port()}"})
     assert r.code == 4
@@ -87,6 +92,7 @@ def test_doctor_reports_unreachable_qdrant_as_connectivity(cli):
     assert "cannot connect" in check["detail"] and "QDRANT_URL" in check["remedy"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status,code", [(401, "unauthenticated"), (403, "forbidden")])
 def test_doctor_tells_a_rejected_qdrant_key_from_an_unreachable_server(cli, status, code):
     server = StatusServer(status)
@@ -101,6 +107,7 @@ def test_doctor_tells_a_rejected_qdrant_key_from_an_unreachable_server(cli, stat
     assert r.stderr == ""  # no client warnings leak onto stderr
 
 
+@pytest.mark.slow
 def test_doctor_checks_gateway_health_when_a_gateway_is_configured(cli, prebuilt):
     server = StatusServer(200, {"status": "ok"})
     try:
@@ -112,6 +119,7 @@ def test_doctor_checks_gateway_health_when_a_gateway_is_configured(cli, prebuilt
     assert server.requests == ["GET /retrieval/health"]
 
 
+@pytest.mark.slow
 def test_doctor_fails_when_the_gateway_is_down_and_direct_fallback_is_off(cli, prebuilt):
     env = {"MOONMIND_RETRIEVAL_URL": f"http://127.0.0.1:{closed_port()}", "MOONMIND_RETRIEVAL_FALLBACK": "none"}
     r = cli("worker", "doctor", "--json", extra_env=env)
@@ -120,6 +128,7 @@ def test_doctor_fails_when_the_gateway_is_down_and_direct_fallback_is_off(cli, p
     assert check["ok"] is False and check["required"] is True and "MOONMIND_RETRIEVAL_URL" in check["remedy"]
 
 
+@pytest.mark.slow
 def test_an_unreachable_broker_and_statsd_are_reported_but_do_not_block_retrieval(cli, prebuilt):
     env = {"CELERY_BROKER_URL": f"redis://:broker-pass@127.0.0.1:{closed_port()}/2", "STATSD_HOST": "127.0.0.1"}
     r = cli("worker", "doctor", "--json", extra_env=env)
@@ -131,6 +140,7 @@ def test_an_unreachable_broker_and_statsd_are_reported_but_do_not_block_retrieva
     assert "broker-pass" not in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_the_broker_configured_in_dotenv_is_the_one_checked(cli, prebuilt, tmp_path):
     """CELERY_BROKER_URL from `.env` in the working directory counts, like every other setting."""
     port = closed_port()
@@ -154,6 +164,7 @@ def test_a_keyword_broker_beats_the_environment_in_run_checks(env, prebuilt, mon
     assert broker.ok is True and broker.detail == "redis://127.0.0.1:6379/7: reachable"
 
 
+@pytest.mark.slow
 def test_run_checks_is_the_python_api_the_bootstrap_hook_uses(env, prebuilt):
     from moonmind_worker.jobs.doctor import run_checks
     from moonmind_worker.settings import Settings
@@ -170,6 +181,7 @@ def test_run_checks_is_the_python_api_the_bootstrap_hook_uses(env, prebuilt):
     store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["redis", "amqp"])
 def test_a_broker_that_accepts_and_never_answers_cannot_hang_doctor_or_job_start(cli, prebuilt, tmp_path, scheme):
     import time
@@ -196,6 +208,7 @@ def test_a_broker_that_accepts_and_never_answers_cannot_hang_doctor_or_job_start
     assert start.code == 0 and json.loads(manifest.read_text())["rag"]["available"] is True
 
 
+@pytest.mark.slow
 def test_doctor_says_exported_google_settings_are_unused_while_the_provider_is_the_offline_default(cli, prebuilt):
     r = cli("worker", "doctor", extra_env={"GOOGLE_API_KEY": "AIza-doctor-test", "GOOGLE_EMBEDDING_MODEL": "gemini-embedding-001"})
     assert r.code == 0, r.stdout + r.stderr  # still usable: the static model answers
@@ -204,6 +217,7 @@ def test_doctor_says_exported_google_settings_are_unused_while_the_provider_is_t
     assert "MOONMIND_EMBEDDING_PROVIDER=google" in line and "AIza-doctor-test" not in r.stdout
 
 
+@pytest.mark.slow
 def test_doctor_adds_no_provider_line_when_the_static_model_was_chosen(cli, prebuilt):
     r = cli("worker", "doctor", extra_env={"GOOGLE_API_KEY": "AIza-x", "MOONMIND_EMBEDDING_PROVIDER": "static"})
     assert r.code == 0 and "provider" not in _lines(r.stdout)

@@ -132,6 +132,7 @@ def test_events_url_off_disables_publishing_even_with_a_broker(fresh_events, cap
     assert any("queue events are off" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_a_dead_broker_does_not_break_or_change_a_sync_search(indexed, cli):
     """Events are breadcrumbs: a configured broker that never answers costs at most the event timeout."""
     query = ["rag", "search", "--query", "where are bearer tokens checked", "--filters", "repo=demo"]

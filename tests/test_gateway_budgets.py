@@ -15,6 +15,8 @@ from conftest import FIXTURE_FILES, write_tree
 from gateway_helpers import add_token, clean_env, index_in_process, run_cli, start_gateway
 from http_servers import EmbeddingsServer
 
+pytestmark = pytest.mark.slow
+
 SECRET = "sk-gateway-test-secret-0123456789"
 QUERY = "where are bearer tokens checked"
 

@@ -26,6 +26,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from conftest import FIXTURE_FILES, write_tree
 from gateway_helpers import add_token, clean_env, index_in_process, start_gateway
 
+pytestmark = pytest.mark.slow
+
 ENVELOPE_KEYS = {"code", "message", "action"}
 STATUSES = {200, 400, 401, 403, 408, 413}
 MIN_REQUESTS = 1000

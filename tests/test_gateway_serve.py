@@ -8,9 +8,12 @@ import subprocess
 import time
 
 import httpx
+import pytest
 
 from conftest import MOONMIND
 from gateway_helpers import add_token, clean_env, start_gateway
+
+pytestmark = pytest.mark.slow
 
 START = re.compile(r"^moonmind gateway: listening on (http://127\.0\.0\.1:(\d+)) \(workers (\d+), store embedded (\S+), tokens (\S+)\)")
 

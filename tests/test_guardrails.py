@@ -60,6 +60,7 @@ def _index_static(settings, repo):
     return store
 
 
+@pytest.mark.slow
 def test_dimension_mismatch_refuses_before_any_query_reaches_the_store(store_kind, repo, embeddings, monkeypatch):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import make_embedder
@@ -86,6 +87,7 @@ def test_dimension_mismatch_refuses_before_any_query_reaches_the_store(store_kin
     assert embeddings.calls == 1  # the dimension probe only; the query itself was never embedded
 
 
+@pytest.mark.slow
 def test_cli_dimension_mismatch_prints_expected_vs_actual_and_caches_the_probe(cli, prebuilt, embeddings, home):
     r = cli("rag", "search", "--query", "bearer token", extra_env=_hosted(embeddings, "local-embed-512"))
     assert r.code == 3 and r.stdout == ""
@@ -99,6 +101,7 @@ def test_cli_dimension_mismatch_prints_expected_vs_actual_and_caches_the_probe(c
     assert embeddings.calls == 1  # the model's dimension was cached per model in MOONMIND_HOME
 
 
+@pytest.mark.slow
 def test_same_dimension_model_swap_is_refused(env, repo, monkeypatch):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import StaticEmbedder
@@ -120,6 +123,7 @@ def test_same_dimension_model_swap_is_refused(env, repo, monkeypatch):
     assert counting.calls == []
 
 
+@pytest.mark.slow
 def test_index_refuses_to_write_into_a_collection_of_another_model(cli, prebuilt, embeddings):
     r = cli("rag", "index", str(prebuilt), "--repo", "demo", "--tenant", "acme",
             extra_env=_hosted(embeddings, "local-embed-512"))
@@ -129,6 +133,7 @@ def test_index_refuses_to_write_into_a_collection_of_another_model(cli, prebuilt
     assert cli("rag", "search", "--query", "bearer token").code == 0  # the collection is intact
 
 
+@pytest.mark.slow
 def test_missing_embedding_credential_names_the_variable_and_where_it_is_read(cli, prebuilt):
     r = cli("rag", "search", "--query", "bearer token", "--json", extra_env={"MOONMIND_EMBEDDING_PROVIDER": "google"})
     assert r.code == 3 and r.stdout == ""
@@ -143,6 +148,7 @@ def test_search_on_a_missing_collection_says_run_index(cli):
     assert "error[collection_missing]" in r.stderr and "moonmind rag index" in r.stderr
 
 
+@pytest.mark.slow
 def test_unreadable_schema_version_is_refused(env, repo):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import StaticEmbedder
@@ -161,6 +167,7 @@ def test_unreadable_schema_version_is_refused(env, repo):
     assert exc.value.code == "schema_unsupported" and "v99" in exc.value.message
 
 
+@pytest.mark.slow
 def test_unreachable_qdrant_is_a_connectivity_error_with_no_partial_output(cli):
     r = cli("rag", "search", "--query", "bearer token", "--json",
             extra_env={"QDRANT_URL": f"http://127.0.0.1:{closed_port()}"})
@@ -170,6 +177,7 @@ def test_unreachable_qdrant_is_a_connectivity_error_with_no_partial_output(cli):
     assert "attempts" in err["message"] and "QDRANT_URL" in err["action"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "status,key,code",
     [(401, "qk-wrong", "unauthenticated"), (403, "qk-readonly", "forbidden"), (401, None, "missing_credentials")],
@@ -190,6 +198,7 @@ def test_qdrant_auth_failures_are_told_apart_and_not_retried(cli, status, key, c
     assert len(server.requests) == 1  # auth failures are never retried
 
 
+@pytest.mark.slow
 def test_overlay_write_with_a_drifted_model_is_refused_before_any_write(env, repo):
     from moonmind_worker.embedding import StaticEmbedder
     from moonmind_worker.errors import MoonmindError

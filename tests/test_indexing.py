@@ -22,6 +22,7 @@ def _search(cli, query: str, *filters: str, **kw) -> dict:
     return r.json()
 
 
+@pytest.mark.slow
 def test_first_index_embeds_every_file(cli, repo):
     s = _index(cli, repo)
     assert s["files_seen"] == len(FIXTURE_FILES)
@@ -29,6 +30,7 @@ def test_first_index_embeds_every_file(cli, repo):
     assert s["chunks_written"] >= len(FIXTURE_FILES) and s["chunks_deleted"] == 0
 
 
+@pytest.mark.slow
 def test_unchanged_tree_re_embeds_nothing(cli, repo):
     first = _index(cli, repo)
     again = _index(cli, repo)
@@ -36,6 +38,7 @@ def test_unchanged_tree_re_embeds_nothing(cli, repo):
     assert again["files_indexed"] == again["chunks_written"] == again["chunks_deleted"] == 0
 
 
+@pytest.mark.slow
 def test_changed_chunk_size_re_chunks_unchanged_files_once(cli, repo):
     first = _index(cli, repo)
     assert first["rechunked"] is False  # a new repo is not a re-chunk
@@ -51,6 +54,7 @@ def test_changed_chunk_size_re_chunks_unchanged_files_once(cli, repo):
     assert text.code == 0 and "every file re-chunked (chunking changed since the last run)" in text.stdout
 
 
+@pytest.mark.slow
 def test_modified_file_alone_is_re_embedded(cli, repo):
     _index(cli, repo)
     (repo / "db/pool.py").write_text("def drain_pool(pool):\n    \"\"\"Close every idle connection.\"\"\"\n    pool.clear()\n")
@@ -61,6 +65,7 @@ def test_modified_file_alone_is_re_embedded(cli, repo):
     assert [i["text"] for i in items] == [(repo / "db/pool.py").read_text()]
 
 
+@pytest.mark.slow
 def test_shrunk_file_loses_its_stale_chunks(cli, repo):
     big = "".join(f"def handler_{n}(request):\n    return respond(request, {n})\n\n\n" for n in range(80))
     (repo / "web/handlers.py").write_text(big)
@@ -74,6 +79,7 @@ def test_shrunk_file_loses_its_stale_chunks(cli, repo):
     assert len(items) == 1 and first["chunks_written"] > s["chunks_written"]
 
 
+@pytest.mark.slow
 def test_deleted_file_chunks_are_gone(cli, repo):
     first = _index(cli, repo)
     n_guide = len(_search(cli, "caching guide", "repo=demo", "path=docs/guide.md")["items"])
@@ -87,6 +93,7 @@ def test_deleted_file_chunks_are_gone(cli, repo):
     assert "docs/guide.md" not in remaining and "auth/tokens.py" in remaining
 
 
+@pytest.mark.slow
 def test_gitignored_binary_and_lock_files_are_not_indexed(cli, repo):
     (repo / ".gitignore").write_text("secret/\n*.log\n")
     (repo / "secret").mkdir()
@@ -101,6 +108,7 @@ def test_gitignored_binary_and_lock_files_are_not_indexed(cli, repo):
     assert not sources & {"secret/keys.py", "debug.log", "blob.dat", "package-lock.json"}
 
 
+@pytest.mark.slow
 def test_filters_isolate_repos_and_tenants(cli, repo):
     """The same tree indexed three times under different scopes: each search sees only its own scope."""
     _index(cli, repo, repo="alpha", tenant="t1")
@@ -116,6 +124,7 @@ def test_filters_isolate_repos_and_tenants(cli, repo):
     assert {i["payload"]["tenant"] for i in both} == {"t1", "t2"}
 
 
+@pytest.mark.slow
 def test_re_indexing_one_scope_leaves_the_other_alone(cli, repo):
     _index(cli, repo, repo="alpha", tenant="t1")
     _index(cli, repo, repo="beta", tenant="t1")
@@ -126,6 +135,7 @@ def test_re_indexing_one_scope_leaves_the_other_alone(cli, repo):
     assert "docs/guide.md" in beta
 
 
+@pytest.mark.slow
 def test_qdrant_local_mode_path_runs_the_same_flow(cli, repo, tmp_path):
     """QDRANT_URL set to a path: qdrant-client's local mode, persistent across processes."""
     local = {"QDRANT_URL": str(tmp_path / "qdrant-local")}
@@ -145,12 +155,14 @@ def test_index_of_a_missing_directory_is_a_usage_error(cli, tmp_path):
     assert r.code == 2 and r.stdout == "" and "not a directory" in r.stderr
 
 
+@pytest.mark.slow
 def test_human_summary_is_one_line(cli, repo):
     r = cli("rag", "index", str(repo), "--repo", "demo")
     assert r.code == 0, r.stderr
     assert r.stdout.count("\n") == 1 and r.stdout.startswith("indexed repo=demo tenant=default:")
 
 
+@pytest.mark.slow
 def test_a_file_whose_name_is_not_utf8_is_skipped_and_the_rest_is_indexed(cli, repo):
     """Such names exist in real trees; one of them must not stop the whole repository from indexing."""
     import os
@@ -172,6 +184,7 @@ def test_a_file_whose_name_is_not_utf8_is_skipped_and_the_rest_is_indexed(cli, r
     assert hit["source"] == "auth/tokens.py"
 
 
+@pytest.mark.slow
 def test_a_run_stopped_between_upsert_and_stale_delete_is_repaired_by_the_next_run(cli, repo, env):
     """Two versions of a file side by side (the new chunks written, the old not yet deleted) are never
     taken for "unchanged": the next run writes each such file again and leaves one complete version."""
@@ -208,6 +221,7 @@ def test_a_run_stopped_between_upsert_and_stale_delete_is_repaired_by_the_next_r
         assert (stored["chunks"], stored["total_chunks"], stored["complete"]) == (len(chunks), len(chunks), True)
 
 
+@pytest.mark.slow
 def test_a_nested_gitignore_negation_re_includes_what_the_root_excluded(cli, repo):
     """git's rule: the deepest .gitignore with a matching pattern decides."""
     from moonmind_worker.text.files import excluded_reason

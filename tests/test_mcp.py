@@ -47,6 +47,7 @@ def envelope(result) -> dict:
     return body["error"]
 
 
+@pytest.mark.slow
 def test_the_server_lists_search_index_overlay_upsert_and_stats(env, tmp_path):
     (listing,) = call(env, tmp_path, ("list", None))
     tools = {t.name: t for t in listing.tools}
@@ -56,6 +57,7 @@ def test_the_server_lists_search_index_overlay_upsert_and_stats(env, tmp_path):
     assert tools["search"].output_schema["title"] == "ContextPack"  # spec 04's contract, for clients that validate
 
 
+@pytest.mark.slow
 def test_search_returns_the_packs_markdown_as_text_and_the_context_pack_as_structured_content(indexed, env, cli, tmp_path):
     (result,) = call(env, tmp_path, ("search", {"query": QUERY, "top_k": 3, "filters": {"repo": "demo"}}))
     assert not result.is_error, result.content
@@ -67,6 +69,7 @@ def test_search_returns_the_packs_markdown_as_text_and_the_context_pack_as_struc
     assert [i["chunk_hash"] for i in pack["items"]] == [i["chunk_hash"] for i in from_cli["items"]]
 
 
+@pytest.mark.slow
 def test_bad_input_is_a_tool_error_carrying_the_envelope_and_the_server_keeps_serving(indexed, env, tmp_path):
     bad_top_k, unknown_filter, not_a_tool, empty_path, no_run_id, after = call(
         env, tmp_path,
@@ -87,6 +90,7 @@ def test_bad_input_is_a_tool_error_carrying_the_envelope_and_the_server_keeps_se
     assert not after.is_error and after.structured_content["items"]
 
 
+@pytest.mark.slow
 def test_index_then_search_finds_the_newly_indexed_tree(env, tmp_path):
     tree = tmp_path / "fresh"
     (tree / "geo").mkdir(parents=True)
@@ -109,6 +113,7 @@ def test_index_then_search_finds_the_newly_indexed_tree(env, tmp_path):
     assert found.structured_content["items"][0]["source"] == "geo/haversine.py"
 
 
+@pytest.mark.slow
 def test_overlay_upsert_makes_an_edit_searchable_for_its_run(indexed, env, tmp_path):
     edited = indexed / "auth" / "sessions.py"
     edited.write_text(
@@ -126,6 +131,7 @@ def test_overlay_upsert_makes_an_edit_searchable_for_its_run(indexed, env, tmp_p
     assert top["source"] == "auth/sessions.py" and top["trust_class"] == "overlay"
 
 
+@pytest.mark.slow
 def test_stats_reports_what_the_index_holds_for_a_repository(indexed, env, tmp_path):
     (result,) = call(env, tmp_path, ("stats", {"repo": "demo"}))
     assert not result.is_error, result.content
@@ -135,6 +141,7 @@ def test_stats_reports_what_the_index_holds_for_a_repository(indexed, env, tmp_p
     assert "repo=demo" in result.content[0].text
 
 
+@pytest.mark.slow
 def test_search_beside_a_running_owner_is_answered_by_the_owner(indexed, env, home, tmp_path):
     """With `moonmind serve` holding the embedded store, a one-shot open would find it locked: the answer is the owner's."""
     from test_owner import start_owner, stop
@@ -161,6 +168,7 @@ def test_no_other_command_imports_the_mcp_sdk(env, tmp_path):
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_index_reports_progress_to_a_client_that_asks_for_it(env, repo, tmp_path):
     seen: list[tuple[float, float | None, str | None]] = []
 
@@ -178,6 +186,7 @@ def test_index_reports_progress_to_a_client_that_asks_for_it(env, repo, tmp_path
     assert "4/4 files" in seen[-1][2]
 
 
+@pytest.mark.slow
 def test_search_goes_through_the_gateway_when_moonmind_retrieval_url_is_set(indexed, env, home, tmp_path):
     """The CLI's transport selection, not a second pipeline: with a gateway configured the pack is the gateway's."""
     from gateway_helpers import add_token, start_gateway
@@ -194,6 +203,7 @@ def test_search_goes_through_the_gateway_when_moonmind_retrieval_url_is_set(inde
     assert result.structured_content["items"][0]["source"] == "auth/tokens.py"
 
 
+@pytest.mark.slow
 def test_between_calls_the_server_lets_go_of_the_store_but_keeps_its_model(indexed, env):
     from moonmind_worker import mcp_server, runtime
     from moonmind_worker.settings import get_settings

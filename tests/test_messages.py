@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from gateway_helpers import add_token, start_gateway
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def indexed(prebuilt):
+    """The fixture repository indexed as repo=demo, tenant=acme: a copy of the session's index (these
+    tests search it; how `rag index` builds it is test_indexing.py's subject), not a `rag index` each."""
+    return prebuilt
+
 
 CITATION = re.compile(r"^\d+\. \[([^\]]+)\] score=", re.M)
 

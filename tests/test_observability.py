@@ -167,6 +167,7 @@ def embed_server():
 # --- StatsD -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_search_sends_latency_timer_and_hit_counter(mm, mm_indexed, statsd_server):
     r = mm("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--json", extra_env=statsd_server.env)
     assert r.code == 0, r.stderr
@@ -182,6 +183,7 @@ def test_search_sends_latency_timer_and_hit_counter(mm, mm_indexed, statsd_serve
     assert not statsd_server.only(lines, "moonmind.rag.search.errors")
 
 
+@pytest.mark.slow
 def test_index_counts_chunks_written(mm, repo, statsd_server):
     r = mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", "--json", extra_env=statsd_server.env)
     assert r.code == 0, r.stderr
@@ -192,6 +194,7 @@ def test_index_counts_chunks_written(mm, repo, statsd_server):
     assert [k for _, k in statsd_server.only(lines, "moonmind.rag.index.latency_ms")] == ["ms"]
 
 
+@pytest.mark.slow
 def test_statsd_prefix_is_configurable(mm, mm_indexed, statsd_server):
     env = {**statsd_server.env, "STATSD_PREFIX": "mm.ci"}
     assert mm("rag", "search", "--query", "pool", "--filters", "repo=demo", extra_env=env).code == 0
@@ -232,6 +235,7 @@ def test_unresolvable_statsd_host_never_blocks_a_send(env, monkeypatch):
 # --- failure paths: the event goes out before the command exits non-zero ---------
 
 
+@pytest.mark.slow
 def test_embedding_connectivity_failure_emits_embedding_aborted_before_exit(
     mm, repo, embed_server, statsd_server, consumer
 ):
@@ -254,6 +258,7 @@ def test_embedding_connectivity_failure_emits_embedding_aborted_before_exit(
     assert not statsd_server.only(lines, "moonmind.rag.search.latency_ms")
 
 
+@pytest.mark.slow
 def test_unreachable_qdrant_emits_embedding_aborted_before_exit(mm, consumer, statsd_server):
     """Spec 01 US2-1, the Qdrant half: the store cannot be reached."""
     env = {**SCOPE, **consumer.env, **statsd_server.env, "QDRANT_URL": f"http://127.0.0.1:{closed_port()}"}
@@ -267,6 +272,7 @@ def test_unreachable_qdrant_emits_embedding_aborted_before_exit(mm, consumer, st
     assert statsd_server.only(statsd_server.lines(), "moonmind.rag.search.errors") == [(1.0, "c")]
 
 
+@pytest.mark.slow
 def test_embedding_server_error_reports_every_attempt(env, monkeypatch, embed_server, consumer, tmp_path):
     from moonmind_worker.embedding import make_embedder
     from moonmind_worker.errors import MoonmindError
@@ -296,6 +302,7 @@ def test_missing_collection_aborts_with_its_reason(mm, consumer):
     _assert_scope(aborted)
 
 
+@pytest.mark.slow
 def test_token_budget_truncation_is_reported(mm, mm_indexed, statsd_server, consumer):
     # a budget that keeps the best item and drops the rest (budgets.py: a budget below one full-size
     # chunk is refused with 413 instead, so the configured chunk size is lowered for the pre-check)
@@ -314,6 +321,7 @@ def test_token_budget_truncation_is_reported(mm, mm_indexed, statsd_server, cons
     assert statsd_server.only(statsd_server.lines(), "moonmind.rag.budget.exceeded.tokens") == [(1.0, "c")]
 
 
+@pytest.mark.slow
 def test_latency_budget_abort_is_reported(mm, repo, embed_server, statsd_server, consumer):
     base = {**embed_server.provider_env(EMBED_KEY), **SCOPE}
     assert mm("rag", "index", str(repo), "--repo", "demo", "--tenant", "acme", extra_env=base).code == 0
@@ -335,6 +343,7 @@ def test_latency_budget_abort_is_reported(mm, repo, embed_server, statsd_server,
 # --- queue events for a search --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_search_emits_query_completed_and_pack_created_with_job_tags(mm, mm_indexed, consumer):
     r = mm("rag", "search", "--query", "connection pool", "--json", extra_env={**SCOPE, **consumer.env})
     assert r.code == 0, r.stderr
@@ -355,6 +364,7 @@ def test_search_emits_query_completed_and_pack_created_with_job_tags(mm, mm_inde
 # --- breadcrumbs and cached packs ----------------------------------------------
 
 
+@pytest.mark.slow
 def test_successful_search_caches_the_pack_and_logs_a_breadcrumb(mm, mm_indexed, home):
     r = mm("rag", "search", "--query", "bearer token", "--json", extra_env=SCOPE)
     assert r.code == 0, r.stderr
@@ -371,6 +381,7 @@ def test_successful_search_caches_the_pack_and_logs_a_breadcrumb(mm, mm_indexed,
     assert "ctx_" not in r.stderr  # the breadcrumb never lands in the agent's output streams
 
 
+@pytest.mark.slow
 def test_artifacts_dir_is_configurable_and_run_ids_cannot_escape_it(mm, mm_indexed, tmp_path):
     art = tmp_path / "arts"
     env = {**SCOPE, "MOONMIND_ARTIFACTS_DIR": str(art), "MOONMIND_RUN_ID": "../../etc"}
@@ -380,6 +391,7 @@ def test_artifacts_dir_is_configurable_and_run_ids_cannot_escape_it(mm, mm_index
     assert cached.parent.parent.name.startswith("etc-")  # made safe, and told apart from a run really named "etc"
 
 
+@pytest.mark.slow
 def test_rag_packs_lists_the_packs_of_a_run_in_order(mm, mm_indexed):
     env = {**SCOPE, "MOONMIND_RUN_ID": "run-a"}
     ids = [mm("rag", "search", "--query", q, "--json", extra_env=env).json()["telemetry_id"] for q in ("bearer token", "connection pool")]
@@ -393,6 +405,7 @@ def test_rag_packs_lists_the_packs_of_a_run_in_order(mm, mm_indexed):
     assert text.code == 0 and ids[0] in text.stdout and ids[1] in text.stdout
 
 
+@pytest.mark.slow
 def test_packs_of_runs_idle_past_retention_are_pruned_whole_and_others_kept(mm, mm_indexed, tmp_path):
     art = tmp_path / "arts"
     base = {**SCOPE, "MOONMIND_ARTIFACTS_DIR": str(art), "MOONMIND_ARTIFACTS_RETENTION_DAYS": "7"}
@@ -419,6 +432,7 @@ def test_rag_packs_for_an_unknown_run_is_empty_not_an_error(mm):
     assert r.code == 0 and r.stdout == "" and "no context packs cached for run never-ran" in r.stderr
 
 
+@pytest.mark.slow
 def test_doctor_probe_query_is_not_cached_as_context_used(mm, mm_indexed, home, statsd_server):
     r = mm("worker", "doctor", "--json", extra_env={**SCOPE, **statsd_server.env})
     assert "query" in r.stdout, r.stderr
@@ -436,6 +450,7 @@ def _edit(repo) -> None:
     )
 
 
+@pytest.mark.slow
 def test_overlay_upsert_reports_latency_chunks_and_event(mm, mm_indexed, statsd_server, consumer):
     _edit(mm_indexed)
     env = {**SCOPE, **statsd_server.env, **consumer.env}
@@ -453,6 +468,7 @@ def test_overlay_upsert_reports_latency_chunks_and_event(mm, mm_indexed, statsd_
     assert upserted["chunks_written"] == written and upserted["files"] == 1
 
 
+@pytest.mark.slow
 def test_search_reports_overlay_hits(mm, mm_indexed, consumer):
     _edit(mm_indexed)
     assert mm("rag", "overlay", "upsert", str(mm_indexed / "auth/tokens.py"), "--root", str(mm_indexed), extra_env=SCOPE).code == 0
@@ -463,6 +479,7 @@ def test_search_reports_overlay_hits(mm, mm_indexed, consumer):
     assert done["overlay_hits"] == len(overlay_items) > 0
 
 
+@pytest.mark.slow
 def test_ttl_sweep_reports_points_swept(mm, mm_indexed, statsd_server, consumer):
     _edit(mm_indexed)
     up = mm("rag", "overlay", "upsert", str(mm_indexed / "auth/tokens.py"), "--root", str(mm_indexed), "--ttl", "1s", "--json",
@@ -479,6 +496,7 @@ def test_ttl_sweep_reports_points_swept(mm, mm_indexed, statsd_server, consumer)
     _assert_scope(swept)
 
 
+@pytest.mark.slow
 def test_run_clean_reports_overlay_cleaned(mm, mm_indexed, statsd_server, consumer):
     _edit(mm_indexed)
     assert mm("rag", "overlay", "upsert", str(mm_indexed / "auth/tokens.py"), "--root", str(mm_indexed), extra_env=SCOPE).code == 0
@@ -495,6 +513,7 @@ def test_run_clean_reports_overlay_cleaned(mm, mm_indexed, statsd_server, consum
 # --- sinks down: the search itself is unaffected ----------------------------------
 
 
+@pytest.mark.slow
 def test_search_succeeds_with_statsd_unreachable_and_broker_down(cli, mm, mm_indexed):
     args = ("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--json")
     baseline = mm(*args).json()
@@ -509,6 +528,7 @@ def test_search_succeeds_with_statsd_unreachable_and_broker_down(cli, mm, mm_ind
     assert r.json()["context_text"] == baseline["context_text"]
 
 
+@pytest.mark.slow
 def test_gateway_counts_requests_per_http_status(statsd_server, tmp_path):
     """rag.gateway.requests.<status>: a real `moonmind gateway serve` reports to a real UDP socket."""
     from conftest import FIXTURE_FILES, write_tree

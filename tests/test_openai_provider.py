@@ -47,6 +47,7 @@ def openai_env(server):
     }
 
 
+@pytest.mark.slow
 def test_index_and_search_end_to_end_through_the_provider(cli, repo, server, openai_env):
     r = cli("rag", "index", str(repo), "--repo", "demo", "--json", extra_env=openai_env)
     assert r.code == 0, r.stderr
@@ -63,6 +64,7 @@ def test_index_and_search_end_to_end_through_the_provider(cli, repo, server, ope
     assert server.embedded_texts()[-1] == "where are bearer tokens checked"
 
 
+@pytest.mark.slow
 def test_query_whitespace_is_normalised_before_embedding(cli, repo, server, openai_env):
     assert cli("rag", "index", str(repo), "--repo", "demo", extra_env=openai_env).code == 0
     r = cli("rag", "search", "--query", "  connection\n\tpool   ", "--filters", "repo=demo", extra_env=openai_env)
@@ -70,6 +72,7 @@ def test_query_whitespace_is_normalised_before_embedding(cli, repo, server, open
     assert server.embedded_texts()[-1] == "connection pool"
 
 
+@pytest.mark.slow
 def test_unchanged_re_index_makes_no_embedding_requests(cli, repo, server, openai_env):
     assert cli("rag", "index", str(repo), "--repo", "demo", extra_env=openai_env).code == 0
     before = len(server.requests)
@@ -79,6 +82,7 @@ def test_unchanged_re_index_makes_no_embedding_requests(cli, repo, server, opena
     assert len(server.requests) == before
 
 
+@pytest.mark.slow
 def test_rejected_key_is_unauthenticated_without_leaking_it(cli, repo, server, openai_env):
     env = {**openai_env, "OPENAI_API_KEY": "sk-wrong-secret-value"}
     r = cli("rag", "index", str(repo), "--repo", "demo", "--json", extra_env=env)
@@ -88,6 +92,7 @@ def test_rejected_key_is_unauthenticated_without_leaking_it(cli, repo, server, o
     assert len(server.requests) == 1  # auth failures are not retried
 
 
+@pytest.mark.slow
 def test_transient_server_error_is_retried(cli, repo, server, openai_env):
     server.fail_first, server.fail_status = 1, 503
     r = cli("rag", "index", str(repo), "--repo", "demo", "--json", extra_env=openai_env)

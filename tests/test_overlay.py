@@ -123,6 +123,7 @@ def _key(pack):
 # ------------------------------------------------------------- merge rules ---
 
 
+@pytest.mark.slow
 def test_edited_file_new_text_surfaces_ahead_of_canonical_and_old_text_is_gone(world):
     (world.root / "auth/tokens.py").write_text(EDITED_TOKENS)
     summary = world.upsert(["auth/tokens.py"])
@@ -144,6 +145,7 @@ def test_edited_file_new_text_surfaces_ahead_of_canonical_and_old_text_is_gone(w
     assert all(i.trust_class == "canonical" for i in other.items)
 
 
+@pytest.mark.slow
 def test_reupsert_replaces_the_files_previous_overlay_chunks(world):
     long_version = "\n\n".join(f"def helper_{n}(x):\n    return x + {n}  # step {n} of the token pipeline\n" * 6 for n in range(12))
     (world.root / "auth/tokens.py").write_text(long_version)
@@ -188,6 +190,7 @@ def test_deleted_file_tombstone_hides_its_canonical_chunks_for_that_run_only(wor
     assert row["tombstone"] and row["chunks"] == 0
 
 
+@pytest.mark.slow
 def test_a_tombstone_hides_its_own_repositorys_file_not_the_same_path_in_another(world, tmp_path):
     other = write_tree(tmp_path / "other", FIXTURE_FILES)
     index_repository(other, repo="other", tenant="acme", settings=world.settings, embedder=world.embedder, store=world.store)
@@ -208,6 +211,7 @@ def test_the_same_file_in_two_repositories_is_two_results(world, tmp_path):
         assert repos == {"demo", "other"}, (run_id, repos)
 
 
+@pytest.mark.slow
 def test_expired_overlay_returns_canonical_only_in_canonical_order(world):
     (world.root / "auth/tokens.py").write_text(EDITED_TOKENS)
     summary = world.upsert(["auth/tokens.py"], ttl_s=4.0)
@@ -221,6 +225,7 @@ def test_expired_overlay_returns_canonical_only_in_canonical_order(world):
     assert len(world.search("where are bearer tokens checked", run_id="run-a", top_k=1).items) == 1
 
 
+@pytest.mark.slow
 def test_overlay_skip_returns_canonical_only_in_canonical_order(world):
     (world.root / "db/pool.py").write_text("class ConnectionPool:\n    '''Pool of connections, now lazily created.'''\n")
     world.upsert(["db/pool.py"])
@@ -230,6 +235,7 @@ def test_overlay_skip_returns_canonical_only_in_canonical_order(world):
     assert _key(skipped) == _key(baseline)  # same state, so same scores too
 
 
+@pytest.mark.slow
 def test_identical_input_gives_identical_merged_order(world):
     (world.root / "auth/tokens.py").write_text(EDITED_TOKENS)
     world.upsert(["auth/tokens.py", "docs/guide.md"])
@@ -268,6 +274,7 @@ def test_ties_break_by_score_then_path_then_offset(world):
 # --------------------------------------------------------------- isolation ---
 
 
+@pytest.mark.slow
 def test_runs_are_isolated_under_adversarial_filters(world):
     (world.root / "auth/tokens.py").write_text(EDITED_TOKENS.replace("rotated signing key", "ALPHA secret rotation"))
     world.upsert(["auth/tokens.py"], run_id="run-a")
@@ -293,6 +300,7 @@ def test_runs_are_isolated_under_adversarial_filters(world):
     assert all(i.trust_class == "canonical" for i in pack.items)
 
 
+@pytest.mark.slow
 def test_tenants_are_isolated_even_with_the_same_run_id(world, tmp_path):
     other = write_tree(tmp_path / "globex", FIXTURE_FILES)
     index_repository(other, repo="demo", tenant="globex", settings=world.settings, embedder=world.embedder, store=world.store)
@@ -315,6 +323,7 @@ def test_tenants_are_isolated_even_with_the_same_run_id(world, tmp_path):
     assert world.count(Match("trust_class", WORKSPACE_OVERLAY), Match("tenant", "acme")) == 0
 
 
+@pytest.mark.slow
 def test_overlay_writes_never_touch_canonical_points(world):
     before = world.canonical_snapshot()
     (world.root / "auth/tokens.py").write_text(EDITED_TOKENS)
@@ -348,6 +357,7 @@ def test_canonical_and_overlay_branches_go_in_one_batched_search(world):
 # ------------------------------------------------------------------- sweep ---
 
 
+@pytest.mark.slow
 def test_sweep_removes_exactly_the_expired_points_while_an_upsert_and_searches_run(world):
     overlay = Match("trust_class", WORKSPACE_OVERLAY)
     world.upsert(["auth/tokens.py", "db/pool.py"], run_id="old-1", ttl_s=60)
@@ -396,6 +406,7 @@ def test_sweep_removes_exactly_the_expired_points_while_an_upsert_and_searches_r
     assert clean_overlay(expired=True, settings=world.settings, store=world.store, now=later) == 0
 
 
+@pytest.mark.slow
 def test_clean_run_removes_only_that_run(world):
     world.upsert(["auth/tokens.py"], run_id="run-a")
     world.upsert(["db/pool.py"], run_id="run-b")
@@ -441,6 +452,7 @@ def test_paths_are_stored_repo_relative(edge_world):
     assert paths == {"auth/tokens.py", "db/pool.py"}
 
 
+@pytest.mark.slow
 def test_binary_oversized_and_ignored_files_are_skipped_with_a_reason(edge_world):
     w = edge_world
     (w.root / "blob.dat").write_bytes(b"\x00\x01binary")
@@ -476,6 +488,7 @@ def test_ttl_durations_parse_and_bad_ones_are_refused():
 # --------------------------------------------------------------------- CLI ---
 
 
+@pytest.mark.slow
 def test_cli_upsert_search_list_clean(cli, indexed):
     (indexed / "auth/tokens.py").write_text(EDITED_TOKENS)
     job = {"MOONMIND_RUN_ID": "job-7", "MOONMIND_REPO": "demo", "MOONMIND_TENANT": "acme"}
@@ -502,6 +515,7 @@ def test_cli_upsert_search_list_clean(cli, indexed):
     assert cli("rag", "overlay", "list", "--json").json() == []
 
 
+@pytest.mark.slow
 def test_cli_overlay_errors_are_clear_and_write_nothing(cli, indexed):
     scope = {"MOONMIND_REPO": "demo", "MOONMIND_TENANT": "acme"}
     r = cli("rag", "overlay", "upsert", "auth/tokens.py", "--json", cwd=indexed, extra_env=scope)
@@ -519,6 +533,7 @@ def test_cli_overlay_errors_are_clear_and_write_nothing(cli, indexed):
     assert cli("rag", "overlay", "list", "--json").json() == []
 
 
+@pytest.mark.slow
 def test_overlay_branches_keep_every_scope_condition_of_the_canonical_branch(world):
     """A caller-side allow-list (the gateway's token scope) narrows the overlay branches too."""
     from moonmind_worker.store import MatchAny
@@ -536,6 +551,7 @@ def test_overlay_branches_keep_every_scope_condition_of_the_canonical_branch(wor
     assert {h.payload["tenant"] for h in merged[0]} == {"acme"}
 
 
+@pytest.mark.slow
 def test_special_files_are_skipped_never_read(edge_world, tmp_path):
     """A FIFO would block the upsert forever and a device never ends: only regular files are read."""
     import os

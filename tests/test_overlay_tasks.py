@@ -24,6 +24,8 @@ from celery_helpers import (
 )
 from conftest import _SCRUB, FIXTURE_FILES, MOONMIND, write_tree
 
+pytestmark = pytest.mark.slow
+
 
 def _overlay_ids(home, run_id: str) -> dict[str, str]:
     """{point id: chunk_hash} of a run's overlay, read from the embedded store at `home` (no worker running)."""

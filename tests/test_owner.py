@@ -66,6 +66,7 @@ def comparable(pack: dict) -> dict:
 # ------------------------------------------------------------------ search ---
 
 
+@pytest.mark.slow
 def test_search_beside_an_owner_is_answered_by_it_with_the_one_shot_pack(indexed, cli, env, home):
     one_shot = cli(*QUERY, "--json")
     assert one_shot.code == 0, one_shot.stderr
@@ -81,6 +82,7 @@ def test_search_beside_an_owner_is_answered_by_it_with_the_one_shot_pack(indexed
     assert served.json()["items"][0]["source"] == "auth/tokens.py"
 
 
+@pytest.mark.slow
 def test_the_markdown_output_through_the_owner_is_the_one_shot_output(indexed, cli, env, home):
     one_shot = cli(*QUERY)
     proc = start_owner(env, home)
@@ -93,6 +95,7 @@ def test_the_markdown_output_through_the_owner_is_the_one_shot_output(indexed, c
     assert strip(served.stdout) == strip(one_shot.stdout)
 
 
+@pytest.mark.slow
 def test_the_thin_client_imports_no_numpy_pydantic_qdrant_celery_or_fastapi(owner, cli):
     r = cli(*QUERY, extra_env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert r.code == 0, r.stderr
@@ -104,12 +107,14 @@ def test_the_thin_client_imports_no_numpy_pydantic_qdrant_celery_or_fastapi(owne
         assert heavy not in imported, heavy
 
 
+@pytest.mark.slow
 def test_a_search_error_comes_back_in_the_same_envelope_and_exit_code(owner, cli):
     r = cli("rag", "search", "--query", "   ", "--json")
     assert r.code == 2 and r.stdout == ""
     assert r.error()["code"] == "invalid_query" and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_the_clients_own_top_k_and_threshold_settings_hold_through_the_owner(owner, cli):
     r = cli(*QUERY, "--json", extra_env={"RAG_SIMILARITY_TOP_K": "2", "RAG_SCORE_THRESHOLD": "0"})
     assert r.code == 0, r.stderr
@@ -117,6 +122,7 @@ def test_the_clients_own_top_k_and_threshold_settings_hold_through_the_owner(own
     assert (pack["top_k"], pack["score_threshold"], len(pack["items"])) == (2, 0.0, 2)
 
 
+@pytest.mark.slow
 def test_a_search_carries_the_clients_job_scope_into_its_cached_pack(owner, cli, home):
     r = cli(*QUERY, "--json", extra_env={"MOONMIND_RUN_ID": "run-scope", "MOONMIND_JOB_ID": "job-scope"})
     assert r.code == 0, r.stderr
@@ -129,6 +135,7 @@ def test_a_search_carries_the_clients_job_scope_into_its_cached_pack(owner, cli,
 # ---------------------------------------------------------- every command ---
 
 
+@pytest.mark.slow
 def test_index_beside_an_owner_is_run_by_it_and_reports_as_before(owner, cli, indexed):
     (indexed / "auth" / "tokens.py").write_text("def rotate_bearer_tokens():\n    return 'rotated'\n")
     r = cli("rag", "index", str(indexed), "--repo", "demo", "--tenant", "acme", "--json")
@@ -139,11 +146,13 @@ def test_index_beside_an_owner_is_run_by_it_and_reports_as_before(owner, cli, in
     assert hit["source"] == "auth/tokens.py" and "rotate_bearer_tokens" in hit["text"]
 
 
+@pytest.mark.slow
 def test_index_of_a_missing_directory_is_refused_before_anything_is_sent(owner, cli, tmp_path):
     r = cli("rag", "index", str(tmp_path / "nowhere"), "--repo", "demo")
     assert r.code == 2 and "is not a directory" in r.stderr and r.stdout == ""
 
 
+@pytest.mark.slow
 def test_overlay_upsert_list_and_clean_beside_an_owner(owner, cli, tmp_path):
     ws = write_tree(tmp_path / "ws", {"auth/tokens.py": "def check_bearer_token(header):\n    return header == 'ok'\n"})
     (ws / ".git").mkdir()
@@ -159,6 +168,7 @@ def test_overlay_upsert_list_and_clean_beside_an_owner(owner, cli, tmp_path):
     assert r.code == 0 and r.json() == {"removed": 1, "run_id": "run-o", "expired": False}
 
 
+@pytest.mark.slow
 def test_stats_and_eval_beside_an_owner(owner, cli, indexed, tmp_path):
     r = cli("rag", "stats", "--repo", "demo", "--root", str(indexed), "--json")
     assert r.code == 0, r.stderr
@@ -170,12 +180,14 @@ def test_stats_and_eval_beside_an_owner(owner, cli, indexed, tmp_path):
     assert r.json()["ndcg"] == 1.0
 
 
+@pytest.mark.slow
 def test_sync_embedding_beside_an_owner_is_planned_by_it(owner, cli):
     r = cli("rag", "sync-embedding", "--collection", "moonmind__repo", "--dry-run", "--json")
     assert r.code == 0, r.stderr
     assert r.json()["plan"]["up_to_date"] is True
 
 
+@pytest.mark.slow
 def test_doctor_beside_an_owner_reports_retrieval_usable_through_it(owner, cli):
     r = cli("worker", "doctor", "--json")
     assert r.code == 0, r.stdout
@@ -184,6 +196,7 @@ def test_doctor_beside_an_owner_reports_retrieval_usable_through_it(owner, cli):
     assert checks["query"]["ok"] and checks["collection"]["ok"]
 
 
+@pytest.mark.slow
 def test_job_start_and_finish_beside_an_owner(owner, cli, tmp_path, home):
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps({"job_id": "job-o", "run_id": "run-o", "repo": "demo", "tenant": "acme", "requires": ["rag"]}))
@@ -201,6 +214,7 @@ def test_job_start_and_finish_beside_an_owner(owner, cli, tmp_path, home):
 # ------------------------------------------------------- finding the owner ---
 
 
+@pytest.mark.slow
 def test_an_owner_killed_mid_request_leaves_the_command_to_finish_one_shot(cli, env, home, tmp_path):
     """The owner is killed with SIGKILL while it indexes for a client; the client finishes the index itself.
 
@@ -236,6 +250,7 @@ def test_an_owner_killed_mid_request_leaves_the_command_to_finish_one_shot(cli, 
         server.close()
 
 
+@pytest.mark.slow
 def test_a_stale_socket_file_is_removed_and_the_command_runs_one_shot(indexed, cli, home):
     path = socket_of(home)
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -246,6 +261,7 @@ def test_a_stale_socket_file_is_removed_and_the_command_runs_one_shot(indexed, c
     assert not path.exists()
 
 
+@pytest.mark.slow
 def test_the_socket_is_private_to_the_owners_user(owner, home):
     assert socket_of(home).stat().st_mode & 0o777 == 0o600
 
@@ -283,11 +299,13 @@ def test_the_owner_refuses_a_client_of_another_user(env):
     assert json.loads(out.stdout)["error"]["code"] == "forbidden"
 
 
+@pytest.mark.slow
 def test_owner_off_never_uses_the_owner(owner, cli):
     r = cli(*QUERY, extra_env={"MOONMIND_OWNER": "off", "MOONMIND_STORE_WAIT_S": "0.2"})
     assert r.code == 3 and "store_busy" in r.stderr and f"PID {owner.pid}" in r.stderr
 
 
+@pytest.mark.slow
 def test_owner_auto_starts_a_background_owner_that_answers_then_exits_when_idle(indexed, cli, home):
     auto = {"MOONMIND_OWNER": "auto", "MOONMIND_OWNER_IDLE_S": "3"}
     first = cli(*QUERY, "--json", extra_env=auto)
@@ -374,6 +392,7 @@ def job_worker(indexed, env, home, tmp_path):
         purge(sq, iq)
 
 
+@pytest.mark.slow
 def test_a_job_task_in_a_solo_worker_calls_the_cli_and_gets_its_answers(job_worker, tmp_path):
     from celery import Celery
 
@@ -394,6 +413,7 @@ def test_a_job_task_in_a_solo_worker_calls_the_cli_and_gets_its_answers(job_work
     assert after["filters"] == {"repo": "demo", "tenant": "acme", "run_id": "run-cli"}  # the job's scope, exported by the hook
 
 
+@pytest.mark.slow
 def test_a_plain_celery_worker_with_no_queue_flag_consumes_every_moonmind_queue(indexed, env, tmp_path):
     sq, iq = unique_queues()
     e = queue_env(env, sq, iq)
@@ -416,6 +436,7 @@ def test_a_plain_celery_worker_with_no_queue_flag_consumes_every_moonmind_queue(
 # ---------------------------------------------------------------- gateway ---
 
 
+@pytest.mark.slow
 def test_a_running_gateway_serves_the_boxs_commands_too(indexed, cli, env, home, tmp_path):
     from gateway_helpers import add_token, start_gateway
 
@@ -461,6 +482,7 @@ def test_a_command_with_its_own_parser_only_parses_like_the_full_one():
     assert vars(full) == {**vars(own), "_group_parser": vars(full)["_group_parser"]}
 
 
+@pytest.mark.slow
 def test_sync_embedding_through_an_owner_switches_the_collection_it_keeps_serving(cli, prebuilt, env, home):
     """The owner re-embeds with its own (new) model, keeps its hold through the sync, and serves the result."""
     from http_servers import EmbeddingsServer

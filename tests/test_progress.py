@@ -17,6 +17,8 @@ import pytest
 
 from conftest import MOONMIND, write_tree
 
+pytestmark = pytest.mark.slow
+
 LINE = re.compile(r"^progress: (\d+)/(\d+) files \(\d+%\), (\d+) chunks, [\d.]+ files/s(?:, (ETA \S+|\S+ in all))?$")
 
 

@@ -69,6 +69,7 @@ def test_auth_and_validation_errors_are_never_retried(env, monkeypatch, embeddin
         assert "OPENAI_API_KEY" in exc.value.action
 
 
+@pytest.mark.slow
 def test_when_retries_run_out_the_error_says_what_failed_and_how_often(env, monkeypatch, embeddings):
     from moonmind_worker.errors import MoonmindError
     from moonmind_worker.retry import MAX_ATTEMPTS
@@ -83,6 +84,7 @@ def test_when_retries_run_out_the_error_says_what_failed_and_how_often(env, monk
     assert embeddings.calls == MAX_ATTEMPTS
 
 
+@pytest.mark.slow
 def test_connection_reset_by_the_provider_is_retried(env, monkeypatch, embeddings):
     embedder = _embedder(monkeypatch, embeddings.base_url)
     embedder.embed_query("warm up")  # dimension known, connection pooled
@@ -93,6 +95,7 @@ def test_connection_reset_by_the_provider_is_retried(env, monkeypatch, embedding
     assert embeddings.calls - calls_before == 3  # two resets, then the answer
 
 
+@pytest.mark.slow
 def test_connection_refused_is_reported_as_cannot_connect(env, monkeypatch):
     from moonmind_worker.errors import MoonmindError
 

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+
+@pytest.fixture
+def indexed(prebuilt):
+    """The fixture repository indexed as repo=demo, tenant=acme: a copy of the session's index (these
+    tests search it; how `rag index` builds it is test_indexing.py's subject), not a `rag index` each."""
+    return prebuilt
+
+
 SPEC04_ITEM_FIELDS = {"score", "source", "offset_start", "offset_end", "trust_class", "chunk_hash", "payload"}
 SPEC05_FIELDS = {
     "chunk_id", "section_title", "text", "content_hash", "chunk_sequence", "total_chunks", "indexed_at",
@@ -19,6 +29,7 @@ def test_search_prints_markdown_context_with_citations(cli, indexed):
     assert "check_bearer_token" in r.stdout
 
 
+@pytest.mark.slow
 def test_json_output_is_the_full_context_pack(cli, indexed):
     r = cli("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--json")
     assert r.code == 0, r.stderr
@@ -35,6 +46,7 @@ def test_json_output_is_the_full_context_pack(cli, indexed):
     assert 0.0 <= item["score"] <= 1.0
 
 
+@pytest.mark.slow
 def test_item_text_is_the_exact_file_slice(cli, indexed):
     pack = cli("rag", "search", "--query", "connection pool", "--filters", "repo=demo", "--json").json()
     for item in pack["items"]:
@@ -44,6 +56,7 @@ def test_item_text_is_the_exact_file_slice(cli, indexed):
         assert item["text"].splitlines()[0] == lines[item["line_start"] - 1]
 
 
+@pytest.mark.slow
 def test_output_file_receives_the_pack_and_stdout_the_markdown(cli, indexed, tmp_path):
     out = tmp_path / "pack.json"
     r = cli("rag", "search", "--query", "bearer token", "--filters", "repo=demo", "--output-file", str(out))
@@ -52,6 +65,7 @@ def test_output_file_receives_the_pack_and_stdout_the_markdown(cli, indexed, tmp
     assert json.loads(out.read_text())["context_text"] == r.stdout
 
 
+@pytest.mark.slow
 def test_same_query_twice_gives_identical_items(cli, indexed):
     a = cli("rag", "search", "--query", "database connections", "--filters", "repo=demo", "--json").json()
     b = cli("rag", "search", "--query", "database connections", "--filters", "repo=demo", "--json").json()
@@ -59,6 +73,7 @@ def test_same_query_twice_gives_identical_items(cli, indexed):
     assert a["context_text"] == b["context_text"]
 
 
+@pytest.mark.slow
 def test_empty_query_is_refused_with_usage_exit_code(cli, indexed):
     r = cli("rag", "search", "--query", "   ", "--json")
     assert r.code == 2
@@ -67,6 +82,7 @@ def test_empty_query_is_refused_with_usage_exit_code(cli, indexed):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_unknown_filter_key_is_refused(cli, indexed):
     r = cli("rag", "search", "--query", "token", "--filters", "colour=blue")
     assert r.code == 2 and r.stdout == ""

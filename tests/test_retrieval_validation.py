@@ -15,6 +15,14 @@ from moonmind_worker.retrieval.evaluation import first_target_rank, ndcg_at_k, r
 
 from conftest import write_tree
 
+
+@pytest.fixture
+def indexed(prebuilt):
+    """The fixture repository indexed as repo=demo, tenant=acme: a copy of the session's index (these
+    tests search it; how `rag index` builds it is test_indexing.py's subject), not a `rag index` each."""
+    return prebuilt
+
+
 FR007 = (
     "chunk_id", "source", "section_title", "text", "content_hash", "chunk_sequence", "total_chunks",
     "indexed_at", "token_count", "model_version", "score",
@@ -30,11 +38,13 @@ def search(cli, *args: str):
 # ------------------------------------------------------------ US2: parameters ---
 
 
+@pytest.mark.slow
 def test_top_k_three_returns_at_most_three(cli, indexed):
     pack, _ = search(cli, "-q", "connection pool", "--top-k", "3", "--score-threshold", "0")
     assert len(pack["items"]) == 3
 
 
+@pytest.mark.slow
 def test_threshold_keeps_only_scores_at_or_above_it(cli, indexed):
     loose, _ = search(cli, "-q", "validate bearer token header", "--score-threshold", "0", "--top-k", "20")
     strict, _ = search(cli, "-q", "validate bearer token header", "--score-threshold", "0.7", "--top-k", "20")
@@ -43,12 +53,14 @@ def test_threshold_keeps_only_scores_at_or_above_it(cli, indexed):
     assert [i["chunk_id"] for i in strict["items"]] == [i["chunk_id"] for i in loose["items"] if i["score"] >= 0.7]
 
 
+@pytest.mark.slow
 def test_top_k_and_threshold_together(cli, indexed):
     pack, _ = search(cli, "-q", "database connections", "--top-k", "2", "--score-threshold", "0.3")
     assert 1 <= len(pack["items"]) <= 2
     assert all(i["score"] >= 0.3 for i in pack["items"])
 
 
+@pytest.mark.slow
 def test_results_are_ordered_by_score_in_unit_range(cli, indexed):
     pack, _ = search(cli, "-q", "render an HTML template", "--top-k", "10", "--score-threshold", "0")
     scores = [i["score"] for i in pack["items"]]
@@ -60,6 +72,7 @@ def test_results_are_ordered_by_score_in_unit_range(cli, indexed):
 # ----------------------------------------------------------- US4: inspection ---
 
 
+@pytest.mark.slow
 def test_every_fr007_field_is_present_and_content_is_never_truncated(cli, indexed):
     pack, _ = search(cli, "-q", "ConnectionPool acquire", "--top-k", "5", "--score-threshold", "0")
     assert pack["items"]
@@ -74,6 +87,7 @@ def test_every_fr007_field_is_present_and_content_is_never_truncated(cli, indexe
 # --------------------------------------------------------- US3: validation ---
 
 
+@pytest.mark.slow
 def test_blank_query_is_a_validation_error(cli, indexed):
     r = cli("rag", "search", "-q", "   ", "--json")
     assert r.code == 2
@@ -81,6 +95,7 @@ def test_blank_query_is_a_validation_error(cli, indexed):
     assert r.stdout == ""
 
 
+@pytest.mark.slow
 def test_query_over_1000_characters_is_processed_with_a_note(cli, indexed):
     long_query = ("how does the connection pool hand out database connections " * 30)[:1500]
     pack, stderr = search(cli, "-q", long_query, "--score-threshold", "0")
@@ -89,6 +104,7 @@ def test_query_over_1000_characters_is_processed_with_a_note(cli, indexed):
     assert "note:" in stderr
 
 
+@pytest.mark.slow
 def test_special_characters_only_are_searched_and_an_empty_result_says_so(cli, indexed):
     pack, stderr = search(cli, "-q", "@#$%^&*()!?", "--score-threshold", "0.95")
     assert pack["items"] == []
@@ -96,6 +112,7 @@ def test_special_characters_only_are_searched_and_an_empty_result_says_so(cli, i
     assert "no chunk scored" in stderr
 
 
+@pytest.mark.slow
 def test_unreachable_store_is_a_connection_error_not_a_crash(cli, indexed):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -106,6 +123,7 @@ def test_unreachable_store_is_a_connection_error_not_a_crash(cli, indexed):
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 
+@pytest.mark.slow
 def test_same_query_five_times_gives_identical_results(cli, indexed):
     runs = [search(cli, "-q", "token scopes", "--score-threshold", "0")[0]["items"] for _ in range(5)]
     assert all(run == runs[0] for run in runs)
@@ -115,6 +133,7 @@ def test_same_query_five_times_gives_identical_results(cli, indexed):
 # ------------------------------------------------------------- SC-003: stats ---
 
 
+@pytest.mark.slow
 def test_stats_shows_per_file_counts_and_finds_files_no_chunk_represents(cli, indexed):
     r = cli("rag", "stats", "--repo", "demo", "--root", str(indexed), "--json")
     assert r.code == 0, r.stderr
@@ -194,6 +213,7 @@ def book(cli, tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "query, chapter",
     [
@@ -213,6 +233,7 @@ def test_book_topic_queries_come_from_the_right_chapter(cli, book, query, chapte
     assert items[0]["section_title"]  # the heading path travels with the chunk
 
 
+@pytest.mark.slow
 def test_markdown_chunks_carry_their_heading_path(cli, book):
     r = cli("rag", "search", "-q", "simulated LiDAR depth cameras IMU", "--filters", "repo=book", "--top-k", "1", "--json")
     assert r.code == 0, r.stderr
@@ -267,6 +288,7 @@ INSTALL_BOOK = {
 }
 
 
+@pytest.mark.slow
 def test_sc001_ros2_installation_gets_three_of_the_top_five_from_the_ros2_module(cli, tmp_path):
     """SC-001: a chapter's sections on the topic outrank passing mentions of it in other modules."""
     root = write_tree(tmp_path / "book", BOOK | INSTALL_BOOK)
@@ -293,6 +315,7 @@ def test_ndcg_matches_a_hand_computed_example():
     assert first_target_rank(files, {"b.py"}) == 3
 
 
+@pytest.mark.slow
 def test_rag_eval_reports_metrics_and_failed_queries(cli, indexed, tmp_path):
     queries = {
         "queries": [
@@ -321,6 +344,7 @@ def test_rag_eval_reports_metrics_and_failed_queries(cli, indexed, tmp_path):
     assert text.code == 0 and "NDCG@10" in text.stdout and "nowhere/missing.py" in text.stdout
 
 
+@pytest.mark.slow
 def test_rag_eval_rejects_a_malformed_query_file(cli, indexed, tmp_path):
     qfile = tmp_path / "bad.json"
     qfile.write_text(json.dumps({"queries": [{"query": "x"}]}))

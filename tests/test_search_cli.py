@@ -80,6 +80,7 @@ def _assert_usage_error(r: Result, code: str = "invalid_query") -> dict:
     return err
 
 
+@pytest.mark.slow
 def test_every_fr007_field_is_present_on_every_item(searcher):
     pack = _pack(searcher("--query", "bearer token check", "--filters", "repo=demo", "--json"))
     assert pack["items"]
@@ -91,6 +92,7 @@ def test_every_fr007_field_is_present_on_every_item(searcher):
         assert item["token_count"] > 0 and item["indexed_at"].endswith("Z")
 
 
+@pytest.mark.slow
 def test_long_chunk_text_is_returned_whole(searcher):
     pack = _pack(searcher("--query", "render invoice table rows", "--filters", "repo=demo", "--json"))
     item = next(i for i in pack["items"] if i["source"] == "billing/invoice.py")
@@ -100,6 +102,7 @@ def test_long_chunk_text_is_returned_whole(searcher):
     assert item["text"].rstrip("\n") in pack["context_text"]
 
 
+@pytest.mark.slow
 def test_results_are_ordered_by_score(searcher):
     items = _pack(searcher("--query", "connection pool", "--filters", "repo=demo", "--json"))["items"]
     scores = [i["score"] for i in items]
@@ -107,12 +110,14 @@ def test_results_are_ordered_by_score(searcher):
     assert items[0]["source"] == "db/pool.py"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", ["1", "3"])
 def test_top_k_is_respected(searcher, k):
     pack = _pack(searcher("--query", "python", "--filters", "repo=demo", "--top-k", k, "--score-threshold", "0", "--json"))
     assert len(pack["items"]) == int(k) and pack["top_k"] == int(k)
 
 
+@pytest.mark.slow
 def test_top_k_is_filled_after_dedupe(tmp_path, env, cli):
     """Identical chunks at one path collapse to one item, and top_k is still met from the rest."""
     root = write_tree(tmp_path / "dup", {**FIXTURE_FILES, "retry/policy.py": DUPLICATED + "\n" + DUPLICATED})
@@ -123,6 +128,7 @@ def test_top_k_is_filled_after_dedupe(tmp_path, env, cli):
     assert len(keys) == 5 and len(set(keys)) == 5
 
 
+@pytest.mark.slow
 def test_score_threshold_is_respected(searcher):
     everything = _pack(searcher("--query", "bearer token", "--filters", "repo=demo", "--score-threshold", "0", "--json"))
     scores = sorted(i["score"] for i in everything["items"])
@@ -133,6 +139,7 @@ def test_score_threshold_is_respected(searcher):
     assert len(pack["items"]) < len(everything["items"])
 
 
+@pytest.mark.slow
 def test_zero_hits_is_success_with_best_score_and_how_to_lower(searcher):
     r = searcher("--query", "bearer token", "--filters", "repo=demo", "--score-threshold", "0.99", "--json")
     pack = _pack(r)
@@ -143,12 +150,14 @@ def test_zero_hits_is_success_with_best_score_and_how_to_lower(searcher):
     assert "_No matching context._" in pack["context_text"]
 
 
+@pytest.mark.slow
 def test_filter_that_matches_nothing_says_so(searcher):
     r = searcher("--query", "bearer token", "--filters", "repo=nope")
     assert r.code == 0, r.stderr
     assert "no chunks match these filters" in r.stderr
 
 
+@pytest.mark.slow
 def test_path_and_language_filters_narrow_results(searcher):
     items = _pack(searcher("--query", "token", "--filters", "repo=demo", "path=db/pool.py", "--score-threshold", "0", "--json"))["items"]
     assert items and {i["source"] for i in items} == {"db/pool.py"}
@@ -161,11 +170,13 @@ def test_empty_query_is_refused(searcher):
     assert "empty" in err["message"]
 
 
+@pytest.mark.slow
 def test_whitespace_query_is_refused(searcher):
     err = _assert_usage_error(searcher("--query", " \t\n ", "--json"))
     assert "empty" in err["message"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", ["0", "51", "-3"])
 def test_top_k_outside_1_to_50_is_refused(searcher, k):
     err = _assert_usage_error(searcher("--query", "token", "--top-k", k, "--json"))
@@ -207,6 +218,7 @@ def test_very_long_query_is_processed_with_a_note(searcher):
     assert pack["items"][0]["source"] == "auth/tokens.py"
 
 
+@pytest.mark.slow
 def test_query_just_over_1000_characters_is_processed_whole(searcher):
     query = ("bearer token " * 80).strip()  # 1,039 characters
     r = searcher("--query", query, "--filters", "repo=demo", "--json")
@@ -214,6 +226,7 @@ def test_query_just_over_1000_characters_is_processed_whole(searcher):
     assert pack["query"] == query and "truncated" not in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query", ["!@#$%^&*()", "%%% ??? ***", "12345 67890", "🙂🙂🙂"])
 def test_special_characters_only_query_is_searched_normally(searcher, query):
     r = searcher("--query", query, "--filters", "repo=demo", "--json")
@@ -224,6 +237,7 @@ def test_special_characters_only_query_is_searched_normally(searcher, query):
         assert "note:" in r.stderr
 
 
+@pytest.mark.slow
 def test_same_query_twice_gives_identical_output(searcher):
     a = searcher("--query", "cache redis ttl", "--filters", "repo=demo")
     b = searcher("--query", "cache redis ttl", "--filters", "repo=demo")

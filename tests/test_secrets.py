@@ -73,6 +73,7 @@ SCENARIOS = ["qdrant unreachable", "qdrant 401", "qdrant 403", "provider 401", "
              "qdrant unreachable, key in the URL query", "doctor, keys in URL queries"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_no_secret_appears_in_any_failing_output(cli, prebuilt, servers, name):
     emb, q401, q403 = servers

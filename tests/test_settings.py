@@ -136,6 +136,7 @@ def test_the_cli_reports_an_invalid_setting_with_its_exit_code(env, tmp_path):
         assert "Set RAG_SIMILARITY_TOP_K to an integer between 1 and 50, or unset it (default 8)." in err["action"]
 
 
+@pytest.mark.slow
 def test_search_path_imports_neither_pydantic_settings_nor_remote_clients(env, indexed):
     code = (
         "import sys; from moonmind_worker.cli.main import main; "

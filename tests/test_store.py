@@ -90,6 +90,7 @@ def test_missing_collection_has_no_info(store):
     assert store.info() is None
 
 
+@pytest.mark.slow
 def test_create_records_dimensions_model_and_schema(store):
     store.create(DIMS, "test-model", 1)
     info = store.info()
@@ -98,6 +99,7 @@ def test_create_records_dimensions_model_and_schema(store):
     )
 
 
+@pytest.mark.slow
 def test_metadata_is_kept_with_the_collection(filled):
     filled.set_metadata(last_indexed_at=123.5)
     info = filled.info()
@@ -105,12 +107,14 @@ def test_metadata_is_kept_with_the_collection(filled):
     assert info.model == "test-model" and info.schema_version == 1
 
 
+@pytest.mark.slow
 def test_create_again_starts_empty(filled):
     filled.create(DIMS, "other-model", 1)
     info = filled.info()
     assert info.points == 0 and info.model == "other-model"
 
 
+@pytest.mark.slow
 def test_dense_search_orders_by_cosine(filled):
     hits = filled.search([_dense()])[0]
     assert _ns(hits)[:2] == [0, 1]
@@ -118,18 +122,21 @@ def test_dense_search_orders_by_cosine(filled):
     assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
 
 
+@pytest.mark.slow
 def test_sparse_search_scores_only_matching_terms(filled):
     hits = filled.search([SearchSpec(where=Where(), limit=10, sparse=SparseVec([6], [1.0]))])[0]
     assert _ns(hits) == [4]
     assert hits[0].score > 0
 
 
+@pytest.mark.slow
 def test_batched_dense_and_sparse_branches_answer_in_order(filled):
     dense, sparse = filled.search([_dense(limit=1), SearchSpec(where=Where(), limit=10, sparse=SparseVec([3], [1.0]))])
     assert _ns(dense) == [0]
     assert sorted(_ns(sparse)) == [1, 2]
 
 
+@pytest.mark.slow
 def test_sparse_branch_hits_carry_their_cosine_to_the_dense_query(filled):
     q = _vec(1, 1, 0, 0)
     hits = filled.search([SearchSpec(where=Where(), limit=10, sparse=SparseVec([3, 4], [1.0, 1.0]), cosine_to=q)])[0]
@@ -140,6 +147,7 @@ def test_sparse_branch_hits_carry_their_cosine_to_the_dense_query(filled):
     assert hits[0].payload["n"] == 2  # still ranked by BM25 (both terms), not by cosine
 
 
+@pytest.mark.slow
 def test_dense_branch_hits_carry_their_bm25_for_the_sparse_query(filled):
     hits = filled.search([_dense(limit=5, bm25_to=SparseVec([2, 3], [1.0, 1.0]))])[0]
     by_n = {h.payload["n"]: h for h in hits}
@@ -148,36 +156,43 @@ def test_dense_branch_hits_carry_their_bm25_for_the_sparse_query(filled):
     assert by_n[3].bm25 == by_n[4].bm25 == 0.0  # no query term in them
 
 
+@pytest.mark.slow
 def test_a_branch_returns_only_the_payload_fields_it_asked_for(filled):
     narrow, wide = filled.search([_dense(limit=2, fields=("path",)), _dense(limit=2)])
     assert [set(h.payload) for h in narrow] == [{"path"}, {"path"}]
     assert all("text" in h.payload and "repo" in h.payload for h in wide)
 
 
+@pytest.mark.slow
 def test_match_filter(filled):
     assert sorted(_ns(filled.search([_dense(Where(must=(Match("repo", "a"),)))])[0])) == [0, 1, 3]
 
 
+@pytest.mark.slow
 def test_match_filters_combine_as_and(filled):
     where = Where(must=(Match("repo", "a"), Match("tenant", "t1")))
     assert sorted(_ns(filled.search([_dense(where)])[0])) == [0, 1]
 
 
+@pytest.mark.slow
 def test_match_any_filter(filled):
     where = Where(must=(MatchAny("repo", ("b", "c")),))
     assert sorted(_ns(filled.search([_dense(where)])[0])) == [2, 4]
 
 
+@pytest.mark.slow
 def test_range_filter(filled):
     where = Where(must=(Range("expires_at", gt=10.0, lte=40.0),))
     assert sorted(_ns(filled.search([_dense(where)])[0])) == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_must_not_filter(filled):
     where = Where(must_not=(Match("trust_class", "workspace_overlay"), Match("repo", "c")))
     assert sorted(_ns(filled.search([_dense(where)])[0])) == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_nested_should_filter(filled):
     """tenant t1 AND (path x.py OR path z.md): a nested boolean filter."""
     either = Where(should=(Match("path", "x.py"), Match("path", "z.md")))
@@ -185,15 +200,18 @@ def test_nested_should_filter(filled):
     assert sorted(_ns(filled.search([_dense(where)])[0])) == [0, 2]
 
 
+@pytest.mark.slow
 def test_filter_that_matches_nothing_returns_no_hits(filled):
     assert filled.search([_dense(Where(must=(Match("repo", "nope"),)))])[0] == []
 
 
+@pytest.mark.slow
 def test_count_with_and_without_filter(filled):
     assert filled.count() == 5
     assert filled.count(Where(must=(Match("tenant", "t2"),))) == 2
 
 
+@pytest.mark.slow
 def test_scroll_returns_every_match_with_requested_fields(filled):
     hits = list(filled.scroll(Where(must=(Match("repo", "a"),)), ["path", "n"], batch=2))
     assert sorted(h.payload["n"] for h in hits) == [0, 1, 3]
@@ -201,22 +219,26 @@ def test_scroll_returns_every_match_with_requested_fields(filled):
     assert {h.id for h in hits} == {_id(0), _id(1), _id(3)}
 
 
+@pytest.mark.slow
 def test_scroll_everything(filled):
     assert len(list(filled.scroll(None, True))) == 5
 
 
+@pytest.mark.slow
 def test_delete_by_filter(filled):
     filled.delete(Where(must=(Match("repo", "a"), Match("tenant", "t1"))))
     assert filled.count() == 3
     assert sorted(h.payload["n"] for h in filled.scroll(None, ["n"])) == [2, 3, 4]
 
 
+@pytest.mark.slow
 def test_delete_by_ids(filled):
     filled.delete_ids([_id(0), _id(4)])
     filled.delete_ids([])
     assert sorted(h.payload["n"] for h in filled.scroll(None, ["n"])) == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_upsert_same_id_replaces_the_point(filled):
     p = _points()[0]
     p.payload["text"] = "replaced"
@@ -268,6 +290,7 @@ def test_an_embedded_store_maps_its_graph_sparse_index_and_payload_indexes_inste
 # ------------------------------------------------- one owner per store ---
 
 
+@pytest.mark.slow
 def test_second_process_on_a_busy_embedded_store_gets_store_busy(cli, indexed, home):
     import os
 
@@ -289,6 +312,7 @@ def test_second_process_on_a_busy_embedded_store_gets_store_busy(cli, indexed, h
     assert cli("rag", "search", "--query", "bearer token", "--filters", "repo=demo").code == 0
 
 
+@pytest.mark.slow
 def test_second_process_on_a_busy_local_mode_path_gets_store_busy(cli, repo, tmp_path):
     local = tmp_path / "qdrant-local"
     assert cli("rag", "index", str(repo), "--repo", "demo", extra_env={"QDRANT_URL": str(local)}).code == 0
@@ -330,6 +354,7 @@ def test_a_warm_store_returns_the_payload_of_the_latest_write(filled):
     assert by_n[0] == "moved.py" and 1 not in by_n
 
 
+@pytest.mark.slow
 def test_a_search_waits_for_a_short_hold_of_the_embedded_store(cli, indexed, home):
     import threading
 

@@ -44,6 +44,7 @@ def _snapshot() -> tuple[dict[str, str], object]:
         store.close()
 
 
+@pytest.mark.slow
 def test_sync_moves_the_collection_to_the_new_model_and_search_works_again(cli, prebuilt, embeddings, home):
     before, info = _snapshot()
     assert info.model == "moonmind-static-minilm-256" and len(before) > 0
@@ -75,6 +76,7 @@ def test_sync_moves_the_collection_to_the_new_model_and_search_works_again(cli, 
     assert r.code == 3 and "embedding_dimension_mismatch" in r.stderr
 
 
+@pytest.mark.slow
 def test_sync_on_an_up_to_date_collection_changes_nothing(cli, prebuilt):
     r = cli("rag", "sync-embedding", "--collection", "moonmind__repo")
     assert r.code == 0 and "nothing to sync" in r.stdout
@@ -98,6 +100,7 @@ def _wait_for(cond, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_an_interrupted_sync_resumes_without_duplicates_or_losses(cli, prebuilt, embeddings, env, tmp_path):
     before, _ = _snapshot()
     hosted = _hosted(embeddings, MOONMIND_EMBEDDING_BATCH_SIZE="1")
@@ -121,6 +124,7 @@ def test_an_interrupted_sync_resumes_without_duplicates_or_losses(cli, prebuilt,
     assert after == before and info.points == len(before) and info.model == "local-embed-512"
 
 
+@pytest.mark.slow
 def test_searches_keep_working_against_the_old_collection_during_the_sync(cli, prebuilt, embeddings, env, tmp_path):
     expected = cli("rag", "search", "--query", "connection pool", "--json").json()["items"]
     hosted = _hosted(embeddings, MOONMIND_EMBEDDING_BATCH_SIZE="1")
@@ -139,6 +143,7 @@ def test_searches_keep_working_against_the_old_collection_during_the_sync(cli, p
     assert _snapshot()[1].model == "local-embed-512"
 
 
+@pytest.mark.slow
 def test_qdrant_client_path_switches_an_alias_and_drops_the_old_collection(env, repo, embeddings, monkeypatch, tmp_path):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import StaticEmbedder, make_embedder

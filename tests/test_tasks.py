@@ -34,6 +34,7 @@ def _comparable(pack: dict) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_search_task_returns_the_same_pack_as_the_pipeline(indexed, app, queues):
     from moonmind_worker import runtime
     from moonmind_worker.contracts import ContextPack, parse_query
@@ -60,6 +61,7 @@ def test_search_is_routed_to_the_search_queue_and_index_to_the_bulk_queue(app, q
         assert router.route({}, name)["queue"].name == queues[1], name
 
 
+@pytest.mark.slow
 def test_index_task_indexes_a_tree_and_a_rerun_writes_nothing(env, app, queues, tmp_path):
     from moonmind_worker.contracts import IndexReport
 
@@ -73,6 +75,7 @@ def test_index_task_indexes_a_tree_and_a_rerun_writes_nothing(env, app, queues, 
     assert second.line.startswith("indexed repo=demo tenant=acme")
 
 
+@pytest.mark.slow
 def test_a_failing_task_carries_the_error_code_message_and_action(indexed, app, queues):
     with start_worker(app, pool="solo", perform_ping_check=False, queues=[queues[0]], shutdown_timeout=10):
         res = app.send_task("moonmind.rag.search", kwargs={"query": {"query": "x", "filters": {"colour": "red"}}})
@@ -102,6 +105,7 @@ def test_beat_schedule_runs_the_sweep_on_the_configured_interval(env, monkeypatc
     assert entry["schedule"] == 42.0
 
 
+@pytest.mark.slow
 def test_prefork_with_many_processes_on_the_embedded_store_is_refused_at_start(env):
     e = queue_env(env, *unique_queues())
     started = time.monotonic()
@@ -125,6 +129,7 @@ def test_many_processes_are_allowed_on_a_qdrant_server(env, monkeypatch):
     assert BROKER.endswith("/4")
 
 
+@pytest.mark.slow
 def test_the_library_never_imports_the_top_level_entry_packages(tmp_path):
     """No import cycle: `tasks` and `bootstrap` import the library, never the other way round."""
     code = (

@@ -25,6 +25,8 @@ from moonmind_worker.store.faults import CRASH_EXIT
 
 from conftest import _SCRUB, MOONMIND
 
+pytestmark = pytest.mark.slow
+
 REPO, TENANT, RUN = "torn", "acme", "run-1"
 
 

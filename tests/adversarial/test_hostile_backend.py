@@ -36,6 +36,7 @@ def env(tmp_path):
     return e
 
 
+@pytest.mark.slow
 def test_a_write_whose_result_cannot_be_stored_runs_once_and_is_acknowledged(env, tmp_path):
     sq, iq = unique_queues()
     dead = f"redis://127.0.0.1:{_closed_port()}/0"
@@ -63,6 +64,7 @@ def test_a_write_whose_result_cannot_be_stored_runs_once_and_is_acknowledged(env
     assert task_id not in unacked, "the message must be acknowledged, not left to be restored"
 
 
+@pytest.mark.slow
 def test_the_worker_says_at_start_that_results_cannot_be_stored(env, tmp_path):
     sq, iq = unique_queues()
     port = _closed_port()

@@ -40,6 +40,7 @@ def test_job_start_refuses_a_manifest_that_is_not_a_regular_file(env, kind, tmp_
     assert r.returncode == 2 and "not a regular file" in r.stderr and took < 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", SPECIAL)
 def test_the_gateway_refuses_a_token_file_that_is_not_a_regular_file_before_serving(env, kind, tmp_path):
     r, took = _run({**env, "MOONMIND_GATEWAY_TOKENS_FILE": _special(kind, tmp_path)}, "gateway", "serve", "--port", "0")
@@ -47,6 +48,7 @@ def test_the_gateway_refuses_a_token_file_that_is_not_a_regular_file_before_serv
     assert "serving the embedded store" not in r.stderr
 
 
+@pytest.mark.slow
 def test_a_fifo_named_gitignore_does_not_stall_indexing(cli, repo):
     os.mkfifo(repo / "sub.gitignore.fifo")
     (repo / "nested").mkdir()

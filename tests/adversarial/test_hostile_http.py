@@ -18,6 +18,8 @@ import pytest
 from conftest import FIXTURE_FILES, MOONMIND, write_tree
 from gateway_helpers import add_token, clean_env, index_in_process, start_gateway
 
+pytestmark = pytest.mark.slow
+
 READ_TIMEOUT_S = 1.0
 
 

@@ -18,6 +18,8 @@ import pytest
 from conftest import FIXTURE_FILES, write_tree
 from gateway_helpers import add_token, clean_env, index_in_process, overlay_in_process, start_gateway
 
+pytestmark = pytest.mark.slow
+
 VALUES = [
     "demo", "secret", "acme", "globex", "run-a", "run-b", "auth/tokens.py", "python",
     "*", "%", ".*", "", " ", "demo\u200b", "DEMO", "Acme", "d\u0435mo", "\uff44emo", "acme\x00", "x" * 5000,

@@ -13,6 +13,8 @@ import pytest
 
 from http_servers import closed_port
 
+pytestmark = pytest.mark.slow
+
 JOB = {"MOONMIND_JOB_ID": "job-1", "MOONMIND_RUN_ID": "run-1", "MOONMIND_REPO": "demo", "MOONMIND_TENANT": "acme"}
 
 
