@@ -165,6 +165,16 @@ def test_path_and_language_filters_narrow_results(searcher):
     assert items and {i["source"] for i in items} == {"docs/guide.md"}
 
 
+@pytest.mark.slow
+def test_repo_flag_is_the_repo_filter_and_a_disagreeing_pair_is_refused(searcher):
+    as_flag = _pack(searcher("bearer token", "--repo", "demo", "--score-threshold", "0", "--json"))
+    as_filter = _pack(searcher("bearer token", "--filters", "repo=demo", "--score-threshold", "0", "--json"))
+    assert as_flag["items"] and [i["source"] for i in as_flag["items"]] == [i["source"] for i in as_filter["items"]]
+    assert as_flag["filters"] == as_filter["filters"]
+    err = _assert_usage_error(searcher("bearer token", "--repo", "demo", "--filters", "repo=other", "--json"))
+    assert "--repo" in err["message"] and "disagree" in err["message"]
+
+
 def test_empty_query_is_refused(searcher):
     err = _assert_usage_error(searcher("--query", "", "--json"))
     assert "empty" in err["message"]

@@ -104,6 +104,7 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query", "-q", default=None, help="the query, as a flag (same as QUERY)")
     p.add_argument("--top-k", type=int, default=None, help="number of items, 1-50 (default RAG_SIMILARITY_TOP_K=8)")
     p.add_argument("--filters", nargs="+", default=[], metavar="KEY=VALUE", help="payload filters: repo, tenant, run_id, path, language")
+    p.add_argument("--repo", default=None, help="same as --filters repo=NAME (the flag `rag index` takes)")
     p.add_argument("--score-threshold", type=float, default=None, help="minimum score in [0, 1]")
     p.add_argument("--overlay", choices=["include", "skip"], default="include", help="merge this run's workspace overlay")
     p.add_argument("--budget", nargs="+", default=[], metavar="KEY=VALUE", help="tokens=N latency_ms=M")
@@ -175,6 +176,13 @@ def query_request(args: argparse.Namespace) -> dict[str, Any]:
                 "invalid_query", f"Budget {key}={value!r} is not a positive integer.", "Use e.g. --budget tokens=1200 latency_ms=800."
             )
     filters = parse_pairs(args.filters, "filter")  # first: a query written after --filters lands there, and this says so
+    if args.repo is not None:
+        if filters.get("repo", args.repo) != args.repo:
+            raise MoonmindError(
+                "invalid_query", f"--repo {args.repo!r} and --filters repo={filters['repo']!r} disagree.",
+                "Name the repository once: --repo NAME or --filters repo=NAME.",
+            )
+        filters["repo"] = args.repo
     return search_request(
         query_text(args), top_k=args.top_k, filters=filters, overlay=args.overlay,
         score_threshold=args.score_threshold, budgets={k: int(v) for k, v in budgets.items()},
