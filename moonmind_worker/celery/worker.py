@@ -207,12 +207,9 @@ def _serve_the_box(settings: Settings) -> None:
     from moonmind_worker.owner.server import serve_store
 
     try:
-        server = serve_store(settings, role="celery worker")
+        serve_store(settings, role="celery worker")  # the server logs where it listens, once
     except MoonmindError as err:
         log.warning("not serving the embedded store to this box: %s %s", err.message, err.action)
-        return
-    if server is not None:
-        log.info("serving the embedded store to this box's moonmind commands on %s", server.path)
 
 
 @signals.worker_process_init.connect
