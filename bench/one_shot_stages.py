@@ -38,7 +38,9 @@ from moonmind_worker.owner import ops; mark("pipeline, store and embedding modul
 emb = runtime.get_embedder(s); mark("embedder")
 st = runtime.get_store(s); st.info(); mark("store open (shard + metadata)")
 q = contracts.parse_query({"query": sys.argv[1]}); mark("query validated")
-pack = pipeline.retrieve_context_pack(q, settings=s, embedder=emb, store=st); pack.model_dump(mode="json"); mark("first search")
+pack = pipeline.retrieve_context_pack(q, settings=s, embedder=emb, store=st)
+# the dump `rag search` does (owner.ops.search); a checkout without contracts.json_dump dumps with pydantic
+(getattr(contracts, "json_dump", None) or (lambda p: p.model_dump(mode="json")))(pack); mark("first search")
 out["numpy loaded"] = "numpy" in sys.modules
 print(json.dumps(out))
 """

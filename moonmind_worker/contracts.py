@@ -6,6 +6,7 @@ the retriever reads it, so the two can never disagree about a field name.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -32,10 +33,56 @@ class Contract(BaseModel):
     """Every wire model: validators built on first use, not at import.
 
     Why: building all of them cost most of this module's import, and a one-shot `rag search`
-    uses six (the query and the pack); the gateway and the tasks build the rest when they use them.
+    builds none (`plainly_valid_query`, `json_dump`); the gateway and the tasks build them when they use them.
     """
 
     model_config = ConfigDict(defer_build=True)
+
+
+def json_dump(model: BaseModel) -> dict[str, Any]:
+    """`model.model_dump(mode="json")`, without building pydantic's serializer when every value is plain JSON.
+
+    Why: like validating (see `plainly_valid_query`), the first serializer a process builds
+    loads pydantic's plugin machinery. The packs the pipeline builds hold only str, int,
+    finite float, bool, None, lists, dicts and contract models, whose JSON form is the value
+    itself, fields in declaration order. Any other value, a custom serializer, a computed or
+    extra field: pydantic dumps it. tests/test_contracts.py compares the two on real packs.
+    """
+    try:
+        return _plain_model(model)
+    except _NotPlain:
+        return model.model_dump(mode="json")
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain_model(model: BaseModel) -> dict[str, Any]:
+    cls = type(model)
+    decorators = cls.__pydantic_decorators__
+    if decorators.field_serializers or decorators.model_serializers or cls.model_computed_fields or model.__pydantic_extra__:
+        raise _NotPlain
+    return {name: _plain_value(getattr(model, name)) for name in cls.model_fields}
+
+
+def _plain_value(v: Any) -> Any:
+    kind = type(v)
+    if v is None or kind is str or kind is int or kind is bool:
+        return v
+    if kind is float:
+        if not math.isfinite(v):  # inf or nan: pydantic's JSON mode decides
+            raise _NotPlain
+        return v
+    if kind is list:
+        return [_plain_value(x) for x in v]
+    if kind is dict:
+        if any(type(k) is not str for k in v):
+            raise _NotPlain
+        return {k: _plain_value(x) for k, x in v.items()}
+    if isinstance(v, Contract):
+        return _plain_model(v)
+    raise _NotPlain
 
 
 class Filters(Contract):
@@ -257,6 +304,9 @@ def parse_query(data: dict[str, Any], *, fields: str = "flags") -> RetrievalQuer
     `fields` says how the caller wrote the request, so the remedy names what it can change:
     "flags" (the CLI's --query, --top-k, --filters) or "json" (the gateway's HTTP body, MCP arguments).
     """
+    plain = plainly_valid_query(data)
+    if plain is not None:
+        return plain
     from pydantic import ValidationError
 
     from .errors import invalid_query
@@ -265,6 +315,79 @@ def parse_query(data: dict[str, Any], *, fields: str = "flags") -> RetrievalQuer
         return RetrievalQuery.model_validate(data)
     except ValidationError as exc:
         raise invalid_query(_describe(exc), _action_for(exc, fields)) from None
+
+
+def plainly_valid_query(data: Any) -> RetrievalQuery | None:
+    """What `RetrievalQuery.model_validate(data)` returns, built without pydantic's validator; None when not plainly valid.
+
+    Why: the first validator pydantic builds in a process also loads its plugin machinery
+    (importlib.metadata, then every installed package's entry points): most of the query's
+    cost in a one-shot `rag search`. A request built from the CLI's flags or a caller's JSON
+    is usually plainly valid: exact str, int, float, dict and None values inside the bounds.
+    Those are built with `model_construct` from what the validators would return (stripped
+    query and filters, blank filters unset, the same fields set). Anything else (another
+    type, a bound, a surrogate, an unknown key, a contract that gained a field) returns None
+    and pydantic validates, so every rejection and its message are pydantic's.
+    tests/test_contracts.py checks both ways agree.
+    """
+    if type(data) is not dict or "query" not in data or not data.keys() <= _QUERY_FIELDS:
+        return None
+    if (RetrievalQuery.model_fields.keys() != _QUERY_FIELDS or Filters.model_fields.keys() != set(FILTER_KEYS)
+            or Budgets.model_fields.keys() != _BUDGET_FIELDS):
+        return None
+    values: dict[str, Any] = {}
+    for key, v in data.items():
+        if key == "query":
+            if type(v) is not str or has_surrogate(v) or not v.strip():
+                return None
+            v = v.strip()
+        elif key == "top_k":
+            if v is not None and (type(v) is not int or not TOP_K_MIN <= v <= TOP_K_MAX):
+                return None
+        elif key == "score_threshold":
+            if v is not None and (type(v) is not float or not 0.0 <= v <= 1.0):
+                return None
+        elif key in ("overlay_policy", "transport"):
+            if type(v) is not str or v not in _CHOICES[key]:
+                return None
+        elif key == "filters":
+            v = _plain_filters(v)
+            if v is None:
+                return None
+        elif key == "budgets" and v is not None:
+            v = _plain_budgets(v)
+            if v is None:
+                return None
+        values[key] = v
+    if "filters" not in values:
+        values["filters"] = Filters.model_construct(_fields_set=set())
+    return RetrievalQuery.model_construct(_fields_set=set(data), **values)
+
+
+_QUERY_FIELDS = {"query", "top_k", "filters", "overlay_policy", "transport", "budgets", "score_threshold"}
+_BUDGET_FIELDS = {"tokens", "latency_ms"}
+_CHOICES = {"overlay_policy": ("include", "skip"), "transport": ("direct", "gateway")}
+
+
+def _plain_filters(v: Any) -> Filters | None:
+    if type(v) is not dict or not v.keys() <= set(FILTER_KEYS):
+        return None
+    out: dict[str, str | None] = {}
+    for key, value in v.items():
+        if value is not None:
+            if type(value) is not str or has_surrogate(value):
+                return None
+            value = value.strip() or None
+        out[key] = value
+    return Filters.model_construct(_fields_set=set(v), **out)
+
+
+def _plain_budgets(v: Any) -> Budgets | None:
+    if type(v) is not dict or not v.keys() <= _BUDGET_FIELDS:
+        return None
+    if any(x is not None and (type(x) is not int or x <= 0) for x in v.values()):
+        return None
+    return Budgets.model_construct(_fields_set=set(v), **v)
 
 
 def _describe(exc) -> str:

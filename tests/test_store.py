@@ -260,6 +260,37 @@ def test_data_survives_reopening(filled, tmp_path):
         again.close()
 
 
+def test_an_embedded_flush_acknowledges_an_empty_wal_entry_after_the_last_write(tmp_path):
+    """The entry every later open decodes again (the acknowledged one) is the empty delete, not the last batch.
+
+    Read from the engine's own record of the acknowledged index (`wal/first-index`): a flush after
+    one upsert moves it by two (the upsert, then the empty entry); a flush with nothing written adds none.
+    """
+    import json
+
+    def acknowledged() -> int:
+        return json.loads((tmp_path / "edge" / "test_coll" / "shard" / "wal" / "first-index").read_text())["ack_index"]
+
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        store.upsert(_points()[:2])
+        store.flush()
+        before = acknowledged()
+        store.upsert(_points()[2:])
+        store.flush()
+        assert acknowledged() == before + 2
+        store.flush()
+        assert acknowledged() == before + 2
+    finally:
+        store.close()
+    again = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        assert again.count() == len(ROWS)  # every write is still there after the reopen
+    finally:
+        again.close()
+
+
 def test_a_query_vector_may_be_a_plain_float32_array(filled):
     from array import array
 

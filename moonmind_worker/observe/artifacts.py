@@ -85,6 +85,8 @@ def record_pack(pack: Any, settings: Any = None) -> Path | None:
     The breadcrumb goes to `<artifacts>/<run>/breadcrumbs.jsonl` and to the
     `moonmind_worker.breadcrumbs` logger (a Celery worker's run log), never to stdout.
     """
+    from ..contracts import json_dump
+
     settings = _settings(settings)
     run_id = pack.filters.get("run_id") or settings.run_id
     run_dir = settings.artifacts_root / run_dir_name(run_id)
@@ -99,7 +101,8 @@ def record_pack(pack: Any, settings: Any = None) -> Path | None:
             target.parent.mkdir(parents=True, exist_ok=True)
             _made_dirs.add(target.parent)
         tmp = target.with_suffix(f".tmp.{os.getpid()}")
-        tmp.write_text(pack.model_dump_json(), encoding="utf-8")
+        # the pack's JSON without building pydantic's serializer (contracts.json_dump), compact as model_dump_json
+        tmp.write_text(json.dumps(json_dump(pack), ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
         tmp.replace(target)
         written = target
     except OSError:

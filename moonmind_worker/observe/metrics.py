@@ -11,7 +11,6 @@ identifiers such as job or run ids belong in queue events, never in a name.
 from __future__ import annotations
 
 import re
-import socket
 import threading
 from typing import Any
 
@@ -38,6 +37,8 @@ def _config() -> tuple[str, int, str] | None:
 
 def _build(key: tuple[str, int, str]) -> None:
     """Resolve the host once and install a non-blocking client for it (runs in a daemon thread)."""
+    import socket  # here, not at import: a process with metrics off (every one-shot search by default) never loads it
+
     import statsd
 
     host, port, prefix = key

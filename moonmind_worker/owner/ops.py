@@ -30,7 +30,7 @@ def _resources(settings, collection: str | None = None):
 def search(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
     """RetrievalQuery fields → ContextPack JSON (validated here, once, by the contract function)."""
     from .. import observe
-    from ..contracts import parse_query
+    from ..contracts import json_dump, parse_query
     from ..retrieval.pipeline import retrieve_context_pack
 
     query = parse_query(args["query"]).model_copy(update={"transport": "direct"})
@@ -40,7 +40,7 @@ def search(settings, args: dict[str, Any], progress: Progress = None) -> dict[st
     else:
         with observe.no_artifacts():  # evaluation queries are not context an agent used
             pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
-    return pack.model_dump(mode="json")
+    return json_dump(pack)
 
 
 def index(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:

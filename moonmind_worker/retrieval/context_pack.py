@@ -108,11 +108,15 @@ def fence_for(text: str) -> str:
 
 
 def item_from_payload(payload: dict, score: float) -> ContextItem:
-    """One stored chunk payload as a context item (no field dropped or shortened)."""
+    """One stored chunk payload as a context item (no field dropped or shortened).
+
+    Built, not validated: the payload is a ChunkPayload our indexer validated when it wrote it
+    (tests/test_contracts.py validates real items and compares; see contracts.json_dump).
+    """
     overlay = payload.get("trust_class") == WORKSPACE_OVERLAY
     extra = {k: v for k, v in payload.items() if k != "text"}
-    return ContextItem(
-        score=round(score, 6),
+    return ContextItem.model_construct(
+        score=round(float(score), 6),
         source=payload["path"],
         offset_start=payload["offset_start"],
         offset_end=payload["offset_end"],

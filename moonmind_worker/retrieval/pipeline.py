@@ -145,19 +145,21 @@ def retrieve_context_pack(
                 f"no chunk scored >= {threshold:.2f}; the best score seen was {best_score:.3f}. {how} to see more."
             )
     context_text = format_context_text(items)
-    return ContextPack(
+    # built, not validated: every value is this function's own, already of its field's type
+    # (tests/test_contracts.py validates real packs and compares); see contracts.json_dump
+    return ContextPack.model_construct(
         context_text=context_text,
         items=items,
         filters=query.filters.scope(),
         budgets=budgets,
-        usage=Usage(tokens=sum(i.token_count for i in items), latency_ms=deadline.elapsed_ms()),
+        usage=Usage.model_construct(tokens=sum(i.token_count for i in items), latency_ms=deadline.elapsed_ms()),
         transport=query.transport,
         retrieved_at=utc_timestamp(),
         telemetry_id=telemetry_id(),
         query=text,
         top_k=top_k,
-        score_threshold=threshold,
-        best_score=None if best_score is None else round(best_score, 6),
+        score_threshold=float(threshold),
+        best_score=None if best_score is None else round(float(best_score), 6),
         truncated=truncated,
         notes=notes,
     )
