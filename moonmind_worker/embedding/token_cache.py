@@ -23,15 +23,19 @@ from itertools import chain
 from typing import Any
 
 from .base import split_identifiers
-from .static_query import _ADDED_TOKENS, _PUNCTUATION
+from .static_query import _PUNCTUATION
 
 #: Characters `str.split()` splits on that BertNormalizer does not make a separator (it drops the
 #: controls among them, so `a\x0bb` is one word): a text holding any is split on the four it does.
 _ODD_SPACE = re.compile("[" + re.escape("".join(c for c in map(chr, range(0x110000)) if c.isspace() and c not in " \t\n\r")) + "]")
 _TOKEN = re.compile(r"[^ \t\n\r]+")
-#: BertPreTokenizer on lowercased printable ASCII without spaces: letter/digit runs, and each punctuation character.
-_WORD = re.compile("[a-z0-9]+|[" + re.escape("".join(sorted(_PUNCTUATION))) + "]")
+#: BertPreTokenizer on lowercased printable ASCII without spaces (letter/digit runs, and each punctuation
+#: character), and the newline `_learn` puts between tokens.
+_WORD_OR_BREAK = re.compile("\n|[a-z0-9]+|[" + re.escape("".join(sorted(_PUNCTUATION))) + "]")
 _ID_BYTES = 4  # uint32 little-endian
+#: The ids of the newline between tokens in `_learn`: id 2**32 - 1. Ids below 2**24 end in a zero byte,
+#: so these four bytes never occur in a run of them but at this id's place.
+_BREAK = b"\xff" * _ID_BYTES
 
 
 class TokenIdCache:
@@ -47,7 +51,9 @@ class TokenIdCache:
         self._max_bytes = max_tokens * _ID_BYTES
         self._max_cached = max_cached
         self._tokens: dict[str, bytes] = {}
-        self._words: dict[str, bytes] = {}
+        self._words: dict[str, bytes] = {"\n": _BREAK}
+        if tokenizer.get_vocab_size() >= 1 << 24:
+            raise ValueError("token ids must be below 2**24 (see _BREAK)")
 
     def encode(self, texts: list[str]) -> list[bytes]:
         """The token ids of each text (before `split_identifiers`: it is applied here), truncated."""
@@ -61,25 +67,30 @@ class TokenIdCache:
         return [b"".join(map(get, tokens))[:limit] for tokens in split]
 
     def _learn(self, tokens: set[str]) -> None:
-        """Cache the ids of tokens not seen yet: printable ASCII through the word cache, the rest encoded whole."""
-        if len(self._words) > self._max_cached:
-            self._words.clear()
-        plain: dict[str, list[str]] = {}
-        other: list[str] = []
+        """Cache the ids of tokens not seen yet: printable ASCII through the word cache, the rest encoded whole.
+
+        The printable-ASCII ones go through as one text (a newline between tokens: nothing joins across
+        it), so splitting, lowercasing and the word lookups are a few calls, not a few per token.
+        """
+        plain, other = [], []
         for token in tokens:
-            if token.isascii() and token.isprintable() and not any(t in token for t in _ADDED_TOKENS):
-                plain[token] = _WORD.findall(split_identifiers(token).lower())
+            if token.isascii() and token.isprintable() and "[PAD]" not in token and "[UNK]" not in token:
+                plain.append(token)
             else:
                 other.append(token)
-        words = self._words
-        new_words = list(set(chain.from_iterable(plain.values())).difference(words))
-        for word, ids in zip(new_words, self._ids([*new_words])):
-            words[word] = ids
         for token, ids in zip(other, self._ids([split_identifiers(t) for t in other])):
             self._tokens[token] = ids
-        get = words.__getitem__
-        for token, parts in plain.items():
-            self._tokens[token] = b"".join(map(get, parts))
+        if not plain:
+            return
+        words = self._words
+        if len(words) > self._max_cached:
+            words.clear()
+            words["\n"] = _BREAK
+        found = _WORD_OR_BREAK.findall(split_identifiers("\n".join(plain)).lower())
+        new_words = list(set(found).difference(words))
+        for word, ids in zip(new_words, self._ids(new_words)):
+            words[word] = ids
+        self._tokens.update(zip(plain, b"".join(map(words.__getitem__, found)).split(_BREAK)))
 
     def _ids(self, texts: list[str]) -> list[bytes]:
         import numpy as np
