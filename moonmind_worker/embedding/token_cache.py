@@ -46,7 +46,7 @@ class TokenIdCache:
     process's memory stays flat however large the repository.
     """
 
-    def __init__(self, tokenizer: Any, max_tokens: int = 512, max_cached: int = 1 << 17) -> None:
+    def __init__(self, tokenizer: Any, max_tokens: int = 512, max_cached: int = 1 << 15) -> None:
         self._tokenizer = tokenizer
         self._max_bytes = max_tokens * _ID_BYTES
         self._max_cached = max_cached
