@@ -1,15 +1,16 @@
 """The static model's document token ids, from caches of the words code repeats: the ids `tokenizers` gives, faster.
 
-Why: the tokenizer was the largest cost of indexing (~380 µs of ~1 ms per chunk), and code says the
-same few thousand words over and over. BERT's pipeline (BertNormalizer, BertPreTokenizer, WordPiece,
+Why: the tokenizer was the largest cost of indexing a chunk (BENCHMARKS.md, issue 20), and code says
+the same few thousand words over and over. BERT's pipeline (BertNormalizer, BertPreTokenizer, WordPiece,
 truncation to the first 512 ids) never joins anything across a space, tab, newline or carriage
 return, and neither does `split_identifiers` (its patterns match letters and digits only), so a
 text's ids are the concatenation of the ids of its whitespace-separated tokens, each encoded alone.
 Two caches make that cheap:
 
 * token -> ids, for a whole whitespace-separated token as it stands in the text (`self.assertEqual(`);
-* word -> ids, for a word of a printable-ASCII token (without the added tokens [PAD], [UNK]) after `split_identifiers`, lowercasing and
-  BertPreTokenizer's split (every ASCII punctuation character a word of its own): what WordPiece sees.
+* word -> ids, for a word of a printable-ASCII token (without the added tokens [PAD], [UNK]) after
+  `split_identifiers`, lowercasing and BertPreTokenizer's split (every ASCII punctuation character a
+  word of its own): what WordPiece sees.
 
 Words, and tokens that are not printable ASCII (accents, CJK, control characters: what the
 normalizer changes), are encoded by the real tokenizer, so every id comes from `tokenizers` itself.

@@ -80,7 +80,7 @@ def _token_terms(tok: str) -> tuple[str, ...]:
 
 class _TermIds(dict):
     """token -> the ids of its terms. A dict, not `lru_cache`: a hit is the dict's own lookup, in C, with no
-    wrapper call (a third of the term-id time of `document_vector`); emptied when full, so it stays bounded."""
+    wrapper call; emptied when full, so it stays bounded."""
 
     def __missing__(self, tok: str) -> tuple[int, ...]:
         if len(self) >= 1 << 17:
