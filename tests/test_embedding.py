@@ -115,3 +115,16 @@ def test_document_vectors_are_bit_for_bit_those_of_the_tokenizer_and_a_sorted_un
     norms = np.linalg.norm(np.vstack(rows_out), axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     assert (np.vstack(rows_out) / norms).astype(np.float32).tobytes() == e.embed_documents(texts).tobytes()
+
+
+def test_threads_embedding_at_once_get_the_vectors_one_thread_gets():
+    """A served model embeds on several threads: the shared token caches must not mix their batches."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = _tricky_texts()
+    parts = [texts[i::4] for i in range(4)]
+    want = [StaticEmbedder().embed_documents(p).tobytes() for p in parts]
+    shared = StaticEmbedder()
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            assert list(pool.map(lambda p: shared.embed_documents(p).tobytes(), parts)) == want

@@ -37,8 +37,6 @@ class StaticEmbedder:
         self.name = name or config["name"]
         self._dims = int(config["dimensions"])
         self._model: tuple | None = None  # (vectors, tokenizer, unk id, token id cache): see _loaded
-        self._present: np.ndarray | None = None  # per vocabulary row: used by the batch (see _mean_rows)
-        self._slots: np.ndarray | None = None
         self._query_model: StaticQueryModel | None = None  # made on a numpy-free query
 
     def _loaded(self) -> tuple:
@@ -99,13 +97,10 @@ class StaticEmbedder:
         if not flat.size:
             return out
         vectors = self._vectors
-        if self._present is None or self._slots is None:
-            self._present = np.zeros(len(vectors), dtype=bool)
-            self._slots = np.zeros(len(vectors), dtype=np.intp)
-        present, slots = self._present, self._slots
+        present = np.zeros(len(vectors), dtype=bool)  # per call: a served model embeds on several threads
         present[flat] = True
         rows = np.flatnonzero(present)
-        present[rows] = False
+        slots = np.empty(len(vectors), dtype=np.intp)  # only the batch's rows are read
         slots[rows] = np.arange(len(rows))
         slot = slots[flat]
         counts = np.bincount(text * len(rows) + slot, minlength=n * len(rows)).reshape(n, len(rows))

@@ -20,6 +20,7 @@ Ids are kept as little-endian uint32 bytes, so a text's ids are one `bytes.join`
 from __future__ import annotations
 
 import re
+import threading
 from itertools import chain
 from typing import Any
 
@@ -53,19 +54,25 @@ class TokenIdCache:
         self._max_cached = max_cached
         self._tokens: dict[str, bytes] = {}
         self._words: dict[str, bytes] = {"\n": _BREAK}
+        self._lock = threading.Lock()
         if tokenizer.get_vocab_size() >= 1 << 24:
             raise ValueError("token ids must be below 2**24 (see _BREAK)")
 
     def encode(self, texts: list[str]) -> list[bytes]:
-        """The token ids of each text (before `split_identifiers`: it is applied here), truncated."""
+        """The token ids of each text (before `split_identifiers`: it is applied here), truncated.
+
+        Locked: a served model embeds on several threads, and one emptying a cache between another's
+        learning and its lookups would fail that one.
+        """
         split = [_TOKEN.findall(t) if _ODD_SPACE.search(t) else t.split() for t in texts]
-        if len(self._tokens) > self._max_cached:
-            self._tokens.clear()
-        missing = set(chain.from_iterable(split)).difference(self._tokens)
-        if missing:
-            self._learn(missing)
-        get, limit = self._tokens.__getitem__, self._max_bytes
-        return [b"".join(map(get, tokens))[:limit] for tokens in split]
+        with self._lock:
+            if len(self._tokens) > self._max_cached:
+                self._tokens.clear()
+            missing = set(chain.from_iterable(split)).difference(self._tokens)
+            if missing:
+                self._learn(missing)
+            get, limit = self._tokens.__getitem__, self._max_bytes
+            return [b"".join(map(get, tokens))[:limit] for tokens in split]
 
     def _learn(self, tokens: set[str]) -> None:
         """Cache the ids of tokens not seen yet: printable ASCII through the word cache, the rest encoded whole.
