@@ -58,3 +58,73 @@ def test_the_numpy_free_tokenizer_gives_the_model_tokenizers_ids_or_declines():
             assert ids == e._tokenizer.encode(split_identifiers(text), add_special_tokens=False).ids, text
     for declined in ("naïve café", "翻訳", "keep [UNK] literal", "[PAD]"):
         assert model.token_ids(declined) is None
+
+
+def _tricky_texts() -> list[str]:
+    """What a repository holds besides plain code: every kind of text the normalizer treats specially."""
+    import random
+
+    rng = random.Random(7)
+    alphabet = [*map(chr, range(0, 0x250)), *"\u0301\u0308\u00a0\u1680\u2000\u2009\u200b\u2028\u2029\u202f\u205f\u3000\ufeff\ufffd",
+                *"翻訳中文字符한국어日本語ﾊﾝｶｸ𝔘𝔫𝔦𝔠𝔬𝔡𝔢🙂👍🏽", *"«»¿¡—–…‘’“”•§¶†‡", *"İıßẞΣσςǅǆﬁﬀ"]
+    noise = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 300))) for _ in range(300)]
+    words = ["getStreamChunkSize", "HTTPServer", "parse_error", "x1y2Z3", "42", "3.14e-10", "0xFFu", "==>", "!!!???",
+             "naïve", "café", "Ærøskøbing", "ΣΊΣΥΦΟΣ", "İstanbul", "straße", "日本語のテキスト", "[PAD]", "a[UNK]b", "[unk]",
+             "x" * 101, "é" * 120, "\x00", "a\x0bb", "a\x1cb", "a\x85b", "a\xa0b", "a\u3000b", "tab\there", "cr\rlf\n"]
+    mixed = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 60))) for _ in range(200)]
+    long = [" ".join(rng.choice(words) for _ in range(900)), "=" * 3000, "a." * 700, "翻" * 800,
+            "def getValue(self):\n    return self._cache[key]\n" * 40]
+    return [*_texts(), *noise, *mixed, *long, "", " ", "\n\t\r "]
+
+
+def test_cached_token_ids_are_the_tokenizers_own_on_any_text():
+    from moonmind_worker.embedding.token_cache import TokenIdCache
+
+    tokenizer = StaticEmbedder()._tokenizer
+    texts = _tricky_texts()
+    want = [e.ids for e in tokenizer.encode_batch_fast([split_identifiers(t) for t in texts], add_special_tokens=False)]
+    assert max(map(len, want)) == 512  # some texts are truncated
+    for cache in (TokenIdCache(tokenizer, 512), TokenIdCache(tokenizer, 512, max_cached=50)):  # bounded: emptied often
+        for _ in range(2):  # cold, then warm
+            for i in range(0, len(texts), 97):
+                got = cache.encode(texts[i : i + 97])
+                for text, ids, expected in zip(texts[i : i + 97], got, want[i : i + 97]):
+                    assert np.frombuffer(ids, dtype="<u4").tolist() == expected, repr(text)
+
+
+def test_document_vectors_are_bit_for_bit_those_of_the_tokenizer_and_a_sorted_unique():
+    """The cached ids and the vocabulary table give the vectors `np.unique` over `tokenizers`' ids gave."""
+    e = StaticEmbedder()
+    texts = _tricky_texts()
+    encodings = e._tokenizer.encode_batch_fast([split_identifiers(t) for t in texts], add_special_tokens=False)
+    rows_out = []
+    for i in range(0, len(texts), 256):
+        ids = [np.asarray(enc.ids, dtype=np.int64) for enc in encodings[i : i + 256]]
+        n = len(ids)
+        flat = np.concatenate(ids)
+        text = np.repeat(np.arange(n), [len(a) for a in ids])
+        known = flat != e._unk
+        flat, text = flat[known], text[known]
+        rows, slot = np.unique(flat, return_inverse=True)
+        counts = np.bincount(text * len(rows) + slot, minlength=n * len(rows)).reshape(n, len(rows))
+        lengths = counts.sum(axis=1)
+        sums = counts.astype(np.float32) @ e._vectors[rows].astype(np.float32)
+        out = np.zeros((n, e.dimensions), dtype=np.float32)
+        out[lengths > 0] = sums[lengths > 0] / lengths[lengths > 0, None]
+        rows_out.append(out)
+    norms = np.linalg.norm(np.vstack(rows_out), axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    assert (np.vstack(rows_out) / norms).astype(np.float32).tobytes() == e.embed_documents(texts).tobytes()
+
+
+def test_threads_embedding_at_once_get_the_vectors_one_thread_gets():
+    """A served model embeds on several threads: the shared token caches must not mix their batches."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = _tricky_texts()
+    parts = [texts[i::4] for i in range(4)]
+    want = [StaticEmbedder().embed_documents(p).tobytes() for p in parts]
+    shared = StaticEmbedder()
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            assert list(pool.map(lambda p: shared.embed_documents(p).tobytes(), parts)) == want

@@ -262,3 +262,29 @@ def test_an_index_with_worker_processes_stores_the_very_same_points_as_one_witho
         assert dump(root, out) > 256 * 3  # several batches
         dumps[workers] = out.read_text()
     assert dumps["0"] == dumps["2"]
+
+
+def test_every_built_payload_is_the_contracts_own_dump():
+    """`build_points` copies one validated payload per batch: each must still be what `ChunkPayload` gives."""
+    from moonmind_worker.contracts import CANONICAL, WORKSPACE_OVERLAY, ChunkPayload
+    from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.indexing.indexer import build_points, content_hash
+    from moonmind_worker.text.chunking import chunk_text, language_of
+
+    files = {"src/app.py": "def getValue(self):\n    return 1\n" * 80, "README.md": "# Title\n\nSome text.\n", "Makefile": "all:\n\ttrue\n"}
+    docs = [(path, content_hash(text), chunk_text(text, path, 400, 1)) for path, text in files.items()]
+    for trust_class, run_id, expires_at in ((CANONICAL, "", None), (WORKSPACE_OVERLAY, "run-1", 1_900_000_000)):
+        points = build_points(StaticEmbedder(), docs, repo="demo", tenant="acme", trust_class=trust_class, run_id=run_id,
+                              expires_at=expires_at)
+        chunks = [(path, fhash, c) for path, fhash, cs in docs for c in cs]
+        assert len(points) == len(chunks) > 3
+        for p, (path, fhash, c) in zip(points, chunks):
+            want = ChunkPayload(
+                path=path, repo="demo", tenant="acme", language=language_of(path), chunk_id=f"{path}#{c.chunk_sequence}",
+                chunk_hash=c.chunk_hash, content_hash=fhash, offset_start=c.offset_start, offset_end=c.offset_end,
+                line_start=c.line_start, line_end=c.line_end, section_title=c.section_title, chunk_sequence=c.chunk_sequence,
+                total_chunks=c.total_chunks, text=c.text, token_count=c.token_count, model_version=StaticEmbedder().name,
+                indexed_at=p.payload["indexed_at"], trust_class=trust_class, run_id=run_id, expires_at=expires_at,
+            ).model_dump()
+            assert list(p.payload.items()) == list(want.items())
+            assert [type(v) for v in p.payload.values()] == [type(v) for v in want.values()]  # 1_900_000_000 -> float

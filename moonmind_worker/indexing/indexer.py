@@ -119,14 +119,40 @@ def build_points(
         return []
     texts = [embedding_text(path, c) for path, _, c in flat]
     vectors = embedder.embed_documents(texts)
-    now = utc_timestamp()
+    # One payload per batch is built by the contract; every chunk's is a copy with its own fields set:
+    # the contract's keys, order and batch-wide values, without ~20 µs of pydantic per chunk.
+    path, fhash, c = flat[0]
+    template = ChunkPayload(
+        path=path,
+        repo=repo,
+        tenant=tenant,
+        language=language_of(path),
+        chunk_id=f"{path}#{c.chunk_sequence}",
+        chunk_hash=c.chunk_hash,
+        content_hash=fhash,
+        offset_start=c.offset_start,
+        offset_end=c.offset_end,
+        line_start=c.line_start,
+        line_end=c.line_end,
+        section_title=c.section_title,
+        chunk_sequence=c.chunk_sequence,
+        total_chunks=c.total_chunks,
+        text=c.text,
+        token_count=c.token_count,
+        model_version=embedder.name,
+        indexed_at=utc_timestamp(),
+        trust_class=trust_class,
+        run_id=run_id,
+        expires_at=expires_at,
+    ).model_dump()
+    languages: dict[str, str] = {}
     points = []
     for (path, fhash, c), text, vec in zip(flat, texts, vectors):
-        payload = ChunkPayload(
+        language = languages.get(path) or languages.setdefault(path, language_of(path))
+        payload = template.copy()
+        payload.update(
             path=path,
-            repo=repo,
-            tenant=tenant,
-            language=language_of(path),
+            language=language,
             chunk_id=f"{path}#{c.chunk_sequence}",
             chunk_hash=c.chunk_hash,
             content_hash=fhash,
@@ -139,11 +165,6 @@ def build_points(
             total_chunks=c.total_chunks,
             text=c.text,
             token_count=c.token_count,
-            model_version=embedder.name,
-            indexed_at=now,
-            trust_class=trust_class,
-            run_id=run_id,
-            expires_at=expires_at,
         )
         ids, values = lexical.document_vector(text)
         points.append(
@@ -151,7 +172,7 @@ def build_points(
                 id=point_id(tenant, repo, path, c.chunk_sequence, trust_class, run_id),
                 dense=vec,
                 sparse=SparseVec(ids, values),
-                payload=payload.model_dump(),
+                payload=payload,
             )
         )
     return points

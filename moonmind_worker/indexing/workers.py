@@ -134,6 +134,10 @@ _model: Any = None
 
 
 def _init(model_dir: str, name: str, parent: int) -> None:
+    # Read by OpenBLAS when numpy loads (not yet: this module does not import it). Its idle threads
+    # otherwise spin for ~2**28 cycles after every matrix product, a worker's turn on a core taken
+    # from the other worker and the writer; same threads and partition of the product, same bits.
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
     from ..embedding.static import StaticEmbedder

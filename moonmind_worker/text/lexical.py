@@ -78,9 +78,18 @@ def _token_terms(tok: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=1 << 17)
-def _token_ids(tok: str) -> tuple[int, ...]:
-    return tuple(term_id(t) for t in _token_terms(tok))
+class _TermIds(dict):
+    """token -> the ids of its terms. A dict, not `lru_cache`: a hit is the dict's own lookup, in C, with no
+    wrapper call; emptied when full, so it stays bounded."""
+
+    def __missing__(self, tok: str) -> tuple[int, ...]:
+        if len(self) >= 1 << 17:
+            self.clear()
+        ids = self[tok] = tuple(term_id(t) for t in _token_terms(tok))
+        return ids
+
+
+_token_ids = _TermIds().__getitem__
 
 
 def term_id(term: str) -> int:
@@ -95,7 +104,9 @@ def document_vector(text: str) -> tuple[list[int], list[float]]:
     norm = K1 * (1 - B + B * length / AVG_LEN)
     ids = sorted(counts)
     k1 = K1 + 1
-    return ids, [c * k1 / (c + norm) for c in map(counts.__getitem__, ids)]
+    tf = list(map(counts.__getitem__, ids))
+    weight = {c: c * k1 / (c + norm) for c in set(tf)}  # a text's counts take few values: each computed once
+    return ids, list(map(weight.__getitem__, tf))
 
 
 def query_vector(text: str) -> tuple[list[int], list[float]]:
