@@ -85,7 +85,9 @@ class _TermIds(dict):
     def __missing__(self, tok: str) -> tuple[int, ...]:
         if len(self) >= 1 << 17:
             self.clear()
-        ids = self[tok] = tuple(term_id(t) for t in _token_terms(tok))
+        # the uncached terms: this dict is the document side's cache, and filling `_token_terms`' cache
+        # too kept a second copy of every token (up to 2**17 entries) that an index run never reads
+        ids = self[tok] = tuple(term_id(t) for t in _token_terms.__wrapped__(tok))
         return ids
 
 
