@@ -262,3 +262,27 @@ def test_an_index_with_worker_processes_stores_the_very_same_points_as_one_witho
         assert dump(root, out) > 256 * 3  # several batches
         dumps[workers] = out.read_text()
     assert dumps["0"] == dumps["2"]
+
+
+def test_giving_back_the_heap_returns_the_pages_of_freed_objects_to_the_system():
+    """What an index worker does after each job (`heap.give_back_heap`): glibc keeps a fragmented heap's
+    free pages otherwise, and Django's workers crept up to ~140 MB anonymous each."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from moonmind_worker.heap import give_back_heap\n"
+        "def rss():\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS'))\n"
+        "junk = [bytes(900) + bytes([i % 256]) for i in range(150_000)]\n"
+        "keep = junk[::64]\n"
+        "del junk\n"
+        "gc.collect()\n"
+        "before = rss()\n"
+        "give_back_heap()\n"
+        "print(before, rss(), len(keep))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    before, after = int(out[0]), int(out[1])
+    assert before - after > 60_000, (before, after)  # of ~135 MB freed, in KB

@@ -21,6 +21,8 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable
 
+from ..heap import give_back_heap
+
 #: Changed-file text handed to one chunking job (characters), or this many files, whichever comes first.
 GROUP_CHARS = 256_000
 GROUP_FILES = 48
@@ -136,6 +138,10 @@ _model: Any = None
 def _init(model_dir: str, name: str, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
+    # Why one tokenizer thread: the workers already fill every core, so its thread pool only competes
+    # with them, and each pool thread keeps its own malloc arena (memory); the ids are the same.
+    # OpenBLAS keeps its threads: the vectors' last bits depend on how it splits the product.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     from ..embedding.static import StaticEmbedder
 
     global _model
@@ -158,10 +164,18 @@ def _die_with_parent(parent: int) -> None:
 def _chunk_group(embedder: Any, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int) -> list:
     from ..text.chunking import chunk_text
 
-    return [chunk_text(text, rel, chunk_chars, overlap_lines) for rel, text in group]
+    try:
+        return [chunk_text(text, rel, chunk_chars, overlap_lines) for rel, text in group]
+    finally:
+        if embedder is None:
+            give_back_heap()
 
 
 def _points(embedder: Any, docs: list, repo: str, tenant: str) -> list:
     from .indexer import build_points
 
-    return build_points(embedder if embedder is not None else _model, docs, repo=repo, tenant=tenant)
+    try:
+        return build_points(embedder if embedder is not None else _model, docs, repo=repo, tenant=tenant)
+    finally:
+        if embedder is None:
+            give_back_heap()
