@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,27 @@ def test_giving_back_the_heap_returns_the_pages_of_freed_objects_to_the_system()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     before, after = int(out[0]), int(out[1])
     assert before - after > 60_000, (before, after)  # of ~135 MB freed, in KB
+
+
+def test_a_chunking_job_a_dead_worker_took_is_done_here_once_for_every_file_of_it():
+    """A chunking job carries several files and its result is asked once per file: after the worker
+    died with it, every one of them must get its chunks (the second used to fail on a job already redone)."""
+    import signal
+
+    from moonmind_worker.embedding.static import StaticEmbedder
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.text.chunking import chunk_text
+
+    group = [(f"pkg/m{i}.py", "".join(f"def f{i}_{j}(x):\n    return x + {j}\n\n\n" for j in range(40))) for i in range(3)]
+    pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
+    try:
+        job = pool.chunk(group, 200, 0)
+        assert pool.parallel
+        for pid in list(pool._executor._processes):  # type: ignore[union-attr]
+            os.kill(pid, signal.SIGKILL)
+        got = [pool.result(job)[slot] for slot in range(len(group))]
+    finally:
+        pool.close()
+    assert got == [chunk_text(text, rel, 200, 0) for rel, text in group]
+    assert not pool.parallel  # the rest of the run goes on in this process

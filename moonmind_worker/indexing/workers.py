@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import weakref
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -63,6 +64,7 @@ class Pool:
         self._seen = 0
         self._executor: ProcessPoolExecutor | None = None
         self._jobs: dict[Future, tuple[Callable[..., Any], tuple]] = {}  # pool jobs: what to run here if a worker dies
+        self._redone: weakref.WeakKeyDictionary[Future, Any] = weakref.WeakKeyDictionary()  # ... and what it gave
         self.group_chars, self.group_files = GROUP_CHARS, GROUP_FILES
         self.files_in_flight = max(self._workers, 1) * 2 * GROUP_FILES
         self.batches_in_flight = max(self._workers, 1) + 1
@@ -85,14 +87,21 @@ class Pool:
         return done(fn(self._embedder, *args))
 
     def result(self, job: Future) -> Any:
-        """A job's result; one a dead worker took with it is computed here instead (see `_give_up`)."""
+        """A job's result; one a dead worker took with it is computed here instead (see `_give_up`).
+
+        Asked once per file of a chunking job: a result computed here is kept for the job's other
+        files (until the caller lets go of the job).
+        """
+        if job in self._redone:
+            return self._redone[job]
         call = self._jobs.pop(job, None)
         try:
             return job.result()
         except BrokenProcessPool:
             self._give_up()
             fn, args = call  # type: ignore[misc]
-            return fn(self._embedder, *args)
+            value = self._redone[job] = fn(self._embedder, *args)
+            return value
 
     def _give_up(self) -> None:
         """A worker died (killed, out of memory, or a script that re-runs itself in every new process
