@@ -97,6 +97,21 @@ def test_index_profile_reports_every_stage_and_the_search_latency_it_buys(tmp_pa
     assert "chunks/s" in r.stdout and "search p50 on plain segments" in r.stdout
 
 
+
+@pytest.mark.slow
+def test_index_memory_breaks_the_runs_peak_down_by_process(tmp_path):
+    """The per-process view behind the suite's summed peak: every process of the run with RSS, PSS,
+    anonymous and file-backed memory at that peak, and the writer's largest mappings."""
+    from conftest import FIXTURE_FILES, write_tree
+
+    tree = write_tree(tmp_path / "tree", FIXTURE_FILES)
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    r = subprocess.run([sys.executable, "-m", "bench.index_memory", "--source", str(tree)], env=env,
+                       cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "summed RSS peak" in r.stdout and "| process | RSS | PSS | anonymous | file-backed |" in r.stdout
+    assert "| writer (rag index) |" in r.stdout and "[heap]" in r.stdout, r.stdout
+
 def test_same_output_finds_identical_searches_identical_and_reports_a_changed_one(prebuilt, home, tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "bench.same_output", "--home", str(home), "--only", "q00", "symbol", *args],

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import os
 import signal
+import weakref
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable
+
+from ..heap import give_back_heap
 
 #: Changed-file text handed to one chunking job (characters), or this many files, whichever comes first.
 GROUP_CHARS = 256_000
@@ -61,6 +64,7 @@ class Pool:
         self._seen = 0
         self._executor: ProcessPoolExecutor | None = None
         self._jobs: dict[Future, tuple[Callable[..., Any], tuple]] = {}  # pool jobs: what to run here if a worker dies
+        self._redone: weakref.WeakKeyDictionary[Future, Any] = weakref.WeakKeyDictionary()  # ... and what it gave
         self.group_chars, self.group_files = GROUP_CHARS, GROUP_FILES
         self.files_in_flight = max(self._workers, 1) * 2 * GROUP_FILES
         self.batches_in_flight = max(self._workers, 1) + 1
@@ -83,14 +87,21 @@ class Pool:
         return done(fn(self._embedder, *args))
 
     def result(self, job: Future) -> Any:
-        """A job's result; one a dead worker took with it is computed here instead (see `_give_up`)."""
+        """A job's result; one a dead worker took with it is computed here instead (see `_give_up`).
+
+        Asked once per file of a chunking job: a result computed here is kept for the job's other
+        files (until the caller lets go of the job).
+        """
+        if job in self._redone:
+            return self._redone[job]
         call = self._jobs.pop(job, None)
         try:
             return job.result()
         except BrokenProcessPool:
             self._give_up()
             fn, args = call  # type: ignore[misc]
-            return fn(self._embedder, *args)
+            value = self._redone[job] = fn(self._embedder, *args)
+            return value
 
     def _give_up(self) -> None:
         """A worker died (killed, out of memory, or a script that re-runs itself in every new process
@@ -140,6 +151,10 @@ def _init(model_dir: str, name: str, parent: int) -> None:
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
+    # Why one tokenizer thread: the workers already fill every core, so its thread pool only competes
+    # with them, and each pool thread keeps its own malloc arena (memory); the ids are the same.
+    # OpenBLAS keeps its threads: the vectors' last bits depend on how it splits the product.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     from ..embedding.static import StaticEmbedder
 
     global _model
@@ -162,10 +177,18 @@ def _die_with_parent(parent: int) -> None:
 def _chunk_group(embedder: Any, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int) -> list:
     from ..text.chunking import chunk_text
 
-    return [chunk_text(text, rel, chunk_chars, overlap_lines) for rel, text in group]
+    try:
+        return [chunk_text(text, rel, chunk_chars, overlap_lines) for rel, text in group]
+    finally:
+        if embedder is None:
+            give_back_heap()
 
 
 def _points(embedder: Any, docs: list, repo: str, tenant: str) -> list:
     from .indexer import build_points
 
-    return build_points(embedder if embedder is not None else _model, docs, repo=repo, tenant=tenant)
+    try:
+        return build_points(embedder if embedder is not None else _model, docs, repo=repo, tenant=tenant)
+    finally:
+        if embedder is None:
+            give_back_heap()

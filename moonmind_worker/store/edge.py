@@ -434,11 +434,14 @@ class EdgeStore:
             # Why: a shard that took many writes in this process holds their working memory (its
             # appendable segment's growth, ~170 MB anonymous at 30k chunks) until it is closed, and
             # the build adds ~300 MB on top; loading it again from disk first (~0.3 s) cuts the peak
+            from ..heap import give_back_heap
+
             with self._engine:
                 self._shard.flush()
                 self._shard.close()
                 self._shard = None
             self._written = 0
+            give_back_heap()  # what the closed shard freed, and the run before it, before the build needs more
         # not under the engine lock: it takes seconds on a large shard and searches may run beside it
         if self._open().optimize():  # False (and ~0.1 ms) when already optimal
             self._dirty = True
