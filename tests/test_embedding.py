@@ -92,6 +92,26 @@ def test_cached_token_ids_are_the_tokenizers_own_on_any_text():
                     assert np.frombuffer(ids, dtype="<u4").tolist() == expected, repr(text)
 
 
+def test_the_written_out_odd_spaces_are_every_character_this_python_splits_on_besides_the_four():
+    from moonmind_worker.embedding.token_cache import ODD_SPACES
+
+    every = "".join(c for c in map(chr, range(0x110000)) if c.isspace() and c not in " \t\n\r")
+    assert ODD_SPACES == every
+
+
+def test_a_one_shot_search_process_does_not_import_the_token_cache():
+    """Its module is the indexer's (documents); a query embeds through static_query without it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from moonmind_worker.embedding.static import StaticEmbedder; "
+        "StaticEmbedder().embed_query('where are tokens cached'); "
+        "print('moonmind_worker.embedding.token_cache' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
 def test_document_vectors_are_bit_for_bit_those_of_the_tokenizer_and_a_sorted_unique():
     """The cached ids and the vocabulary table give the vectors `np.unique` over `tokenizers`' ids gave."""
     e = StaticEmbedder()

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import observe
 from .base import _unit, split_identifiers
-from .token_cache import TokenIdCache
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,6 +42,8 @@ class StaticEmbedder:
         if self._model is None:
             from safetensors.numpy import load_file
             from tokenizers import Tokenizer
+
+            from .token_cache import TokenIdCache
 
             # kept as stored (float16): rows are widened to float32 when used, which gives the very
             # same values as widening the whole table, without paying for it on every process start
