@@ -336,3 +336,42 @@ def test_a_chunking_job_a_dead_worker_took_is_done_here_once_for_every_file_of_i
         pool.close()
     assert got == [chunk_text(text, rel, 200, 0) for rel, text in group]
     assert not pool.parallel  # the rest of the run goes on in this process
+
+
+@pytest.mark.slow  # starts a worker process
+def test_a_run_whose_new_files_are_large_starts_its_workers_before_this_process_loads_the_model(tmp_path, monkeypatch):
+    """A cold index of a big tree chunks and embeds in the workers from its first file: the indexing
+    process never loads the model, numpy and the tokenizer (their memory, the whole run long). A later
+    run that changes one small file stays in this process, where starting workers would cost more."""
+    from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.indexing.indexer import index_repository
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.store import EdgeStore
+
+    # the tree's new text passes START_CHARS; its first chunking job (GROUP_FILES files) does not, and
+    # yields a batch of chunks (small chunks) before the second: without the hint, that batch is embedded here
+    monkeypatch.setattr(workers, "START_CHARS", 150_000)
+    monkeypatch.setattr(workers, "worker_count", lambda setting: 1 if setting is None else setting)  # auto, any box
+    root = tmp_path / "tree"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(100):
+        (root / f"pkg/mod_{i}.py").write_text("".join(
+            f"def handler_{i}_{j}(request, value):\n    return request.get('k{j}', value) * {j}\n\n\n" for j in range(30)))
+    sizes = sorted(p.stat().st_size for p in root.rglob("*.py"))
+    assert sum(sizes[-workers.GROUP_FILES:]) < 150_000 < sum(sizes)
+    settings = Settings(_env_file=None, moonmind_home=tmp_path / "home", qdrant_url=None, collection="moonmind__repo",
+                        chunk_chars=200)
+    store = EdgeStore(settings.data_dir, settings.collection)
+    try:
+        cold = StaticEmbedder()
+        first = index_repository(root, repo="demo", tenant="acme", settings=settings, embedder=cold, store=store)
+        assert first.chunks_written > 0
+        assert cold._model is None  # every chunk was embedded by the worker
+        (root / "pkg/mod_3.py").write_text("def changed(request):\n    return 0\n")
+        warm = StaticEmbedder()
+        second = index_repository(root, repo="demo", tenant="acme", settings=settings, embedder=warm, store=store)
+        assert second.files_indexed == 1 and second.files_unchanged == 99
+        assert warm._model is not None  # the one changed file was embedded here
+    finally:
+        store.close()

@@ -170,6 +170,13 @@ def _chunk_fields(path: str, fhash: str, c: Chunk, language: str) -> dict:
     }
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 @dataclass
 class StoredFile:
     """What the store holds of one file: its chunks' ids, content hashes, sequence numbers and totals."""
@@ -248,6 +255,7 @@ def index_repository(
     summary.files_seen = len(files)
     batch_chunks = max(settings.embedding_batch_size * 4, 256)
     pool = workers.Pool(embedder, settings)
+    pool.expect(sum(_size(path) for rel, path in files if rel not in stored))  # new files: a cold run's whole tree
     # files in order, waiting for their chunks: [rel, hash, what was stored, slot in its job, chunking job, skip reason]
     line: deque[list] = deque()
     group: list[tuple[str, str]] = []  # changed files not yet handed to a chunking job: (rel, text)

@@ -121,6 +121,17 @@ class Pool:
             initargs=(str(model.model_dir), model.name, os.getpid()),
         )
 
+    def expect(self, chars: int) -> None:
+        """Text the run will chunk at least (files the store does not hold yet, by size on disk).
+
+        Why: a run known to be that large starts its workers with its first job, so this process
+        never loads the model, numpy and the tokenizer to chunk and embed the first `START_CHARS`
+        itself (~40 MB of its RSS, the whole run long, and a second of its CPU on the cores the
+        workers need).
+        """
+        if self._workers and chars >= self._start_at:
+            self._start_at = 0
+
     def chunk(self, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int) -> Future:
         """Chunks of each (path, text), in order."""
         self._seen += sum(len(text) for _, text in group)
