@@ -318,6 +318,40 @@ def test_an_embedded_store_maps_its_graph_sparse_index_and_payload_indexes_inste
     assert indexes and all(f["memory"] == "cached" for i in indexes for f in i["indexed_fields"].values())
 
 
+def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segments(tmp_path, monkeypatch):
+    """Every segment the engine builds stays near the cap, so no optimize handles more than one segment's worth.
+
+    The cap is scaled down (128 points of 4 dims per segment, graphs from 64 points) so that a
+    few hundred points cross it several times; every point stays readable and searchable across
+    the optimizes (each reloads the shard) in between.
+    """
+    import json
+
+    from moonmind_worker.store import edge
+
+    monkeypatch.setattr(edge, "SEGMENT_KB", 2)  # 2 KB of 4-d float32 vectors = 128 points
+    monkeypatch.setattr(edge, "INDEXING_KB", 1)
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(400, DIMS)).astype(np.float32)
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        for start in range(0, 400, 50):
+            store.upsert([PointIn(id=_id(n), dense=vectors[n], sparse=SparseVec([n + 1], [1.0]),
+                                  payload={"repo": "a", "tenant": "t1", "n": n}) for n in range(start, start + 50)])
+        store.optimize()
+        store.flush()
+        assert store.count() == 400
+        assert store._open().info().segments_count >= 3  # 400 points, at most 128 + one batch of 50 each
+        for n in (0, 199, 399):
+            hit = store.search([SearchSpec(where=Where(), limit=1, dense=vectors[n] / np.linalg.norm(vectors[n]))])[0][0]
+            assert (hit.id, hit.payload["n"]) == (_id(n), n)
+    finally:
+        store.close()
+    config = json.loads((tmp_path / "edge" / "test_coll" / "shard" / "edge_config.json").read_text())
+    assert config["optimizers"]["max_segment_size"] == 2  # the cap is the shard's own, kept by every later open
+
+
 # ------------------------------------------------- one owner per store ---
 
 

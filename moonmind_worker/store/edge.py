@@ -45,6 +45,15 @@ from .base import (
 #: Points written since the shard was loaded above which `optimize` loads it again first (memory).
 RELOAD_BEFORE_OPTIMIZE = 10_000
 
+#: The largest segment the engine builds, in KB of dense vectors (1 KB = one 256-d float32 vector):
+#: optimizing a segment holds old and new copies of it at once, so its size sets the memory and
+#: time of every optimize. Uncapped (the engine's default is 256 MB per core), one 100k-chunk
+#: run peaked at ~1.5 GB, and each later run that crossed the indexing threshold rebuilt the whole
+#: store. 32,000 keeps a Django-sized repository (~31k chunks) one segment. Figures: BENCHMARKS.md.
+SEGMENT_KB = 32_000
+#: The engine's default, written out: a segment below it is searched whole and gets no HNSW graph.
+INDEXING_KB = 10_000
+
 
 class EdgeStore:
     """The Qdrant engine in-process, persistent under MOONMIND_HOME; one owning process at a time."""
@@ -60,6 +69,7 @@ class EdgeStore:
         self._lock_fd: int | None = None
         self._dirty = False  # a search-only session has nothing to flush (a flush costs fsyncs)
         self._written = 0  # points upserted since the shard was loaded (see optimize)
+        self._unindexed = 0  # points upserted since the last optimize (see upsert)
         # meta.json and the alias, remembered while this process owns the store: no other
         # process can change them then, and every search checks them (guardrails)
         self._meta: dict[str, Any] | None = None
@@ -182,6 +192,7 @@ class EdgeStore:
         from qdrant_edge import (
             Distance,
             EdgeConfig,
+            EdgeOptimizersConfig,
             EdgeShard,
             EdgeSparseVectorParams,
             EdgeVectorParams,
@@ -209,6 +220,7 @@ class EdgeStore:
             vectors={DENSE: EdgeVectorParams(size=dimensions, distance=Distance.Cosine)},
             sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf, memory=cached)},
             hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, memory=cached),  # the defaults, but memory
+            optimizers=EdgeOptimizersConfig(max_segment_size=SEGMENT_KB, indexing_threshold=INDEXING_KB),
         )
         shard = EdgeShard.create(str(self.data_dir / "shard"), config)
         for name, kind in PAYLOAD_INDEXES:
@@ -257,9 +269,20 @@ class EdgeStore:
         )
         self._dirty = True
         self._written += len(points)
+        self._unindexed += len(points)
         self._invalidate([p.id for p in points])
         with self._engine:
             self._open().update(op)
+        if self._unindexed >= self._segment_points():
+            # Why here: every write lands in the one appendable segment, which only an optimize
+            # closes (indexed) and replaces; so a run that writes more than a segment's worth
+            # optimizes as it goes, and each optimize handles one capped segment, not the run
+            self.optimize()
+
+    def _segment_points(self) -> int:
+        """How many points fill a segment of SEGMENT_KB (dense vectors are what the engine counts)."""
+        dims = int((self._read_meta() or {}).get("dimensions") or 256)
+        return SEGMENT_KB * 1024 // (4 * dims)
 
     def delete(self, where: Where) -> None:
         from qdrant_edge import UpdateOperation
@@ -442,6 +465,7 @@ class EdgeStore:
                 self._shard = None
             self._written = 0
             give_back_heap()  # what the closed shard freed, and the run before it, before the build needs more
+        self._unindexed = 0
         # not under the engine lock: it takes seconds on a large shard and searches may run beside it
         if self._open().optimize():  # False (and ~0.1 ms) when already optimal
             self._dirty = True
