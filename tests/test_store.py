@@ -352,6 +352,34 @@ def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segme
     assert config["optimizers"]["max_segment_size"] == 2  # the cap is the shard's own, kept by every later open
 
 
+def test_a_store_created_before_the_segment_cap_takes_it_at_its_next_large_optimize(tmp_path, monkeypatch):
+    import json
+
+    from qdrant_edge import EdgeOptimizersConfig
+
+    from moonmind_worker.store import edge
+
+    shard = tmp_path / "edge" / "test_coll" / "shard"
+    monkeypatch.setattr(edge, "_optimizers", lambda: EdgeOptimizersConfig())  # what older versions created
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    store.create(DIMS, "test-model", 1)
+    store.upsert(_points())
+    store.close()
+    assert json.loads((shard / "edge_config.json").read_text())["optimizers"]["max_segment_size"] is None
+    monkeypatch.undo()
+    monkeypatch.setattr(edge, "RELOAD_BEFORE_OPTIMIZE", 3)  # a write this large reloads the shard first
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.upsert([PointIn(id=_id(10 + n), dense=_vec(1, 1, n, 0), sparse=SparseVec([9], [1.0]), payload={"n": 10 + n})
+                      for n in range(3)])
+        store.optimize()
+        assert store.count() == len(ROWS) + 3
+        assert _ns(store.search([_dense(q=(0, 0, 0, 1), limit=1)])[0]) == [4]
+    finally:
+        store.close()
+    assert json.loads((shard / "edge_config.json").read_text())["optimizers"]["max_segment_size"] == edge.SEGMENT_KB
+
+
 # ------------------------------------------------- one owner per store ---
 
 

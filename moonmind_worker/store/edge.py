@@ -192,7 +192,6 @@ class EdgeStore:
         from qdrant_edge import (
             Distance,
             EdgeConfig,
-            EdgeOptimizersConfig,
             EdgeShard,
             EdgeSparseVectorParams,
             EdgeVectorParams,
@@ -220,7 +219,7 @@ class EdgeStore:
             vectors={DENSE: EdgeVectorParams(size=dimensions, distance=Distance.Cosine)},
             sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf, memory=cached)},
             hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, memory=cached),  # the defaults, but memory
-            optimizers=EdgeOptimizersConfig(max_segment_size=SEGMENT_KB, indexing_threshold=INDEXING_KB),
+            optimizers=_optimizers(),
         )
         shard = EdgeShard.create(str(self.data_dir / "shard"), config)
         for name, kind in PAYLOAD_INDEXES:
@@ -457,14 +456,21 @@ class EdgeStore:
             # Why: a shard that took many writes in this process holds their working memory (its
             # appendable segment's growth, ~170 MB anonymous at 30k chunks) until it is closed, and
             # the build adds ~300 MB on top; loading it again from disk first (~0.3 s) cuts the peak
+            from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
+
             from ..heap import give_back_heap
 
-            with self._engine:
+            # the segment cap given again: a store created before it takes it here (the engine
+            # records it), before the optimize it bounds; the shard's other settings stay its own
+            dims = int((self._read_meta() or {})["dimensions"])
+            config = EdgeConfig(vectors={DENSE: EdgeVectorParams(size=dims, distance=Distance.Cosine)}, optimizers=_optimizers())
+            with self._engine:  # one hold: a search on another thread never opens the shard in between
                 self._shard.flush()
                 self._shard.close()
                 self._shard = None
-            self._written = 0
-            give_back_heap()  # what the closed shard freed, and the run before it, before the build needs more
+                self._written = 0
+                give_back_heap()  # what the closed shard freed, and the run before it, before the build needs more
+                self._shard = EdgeShard.load(str(self.data_dir / "shard"), config)
         self._unindexed = 0
         # not under the engine lock: it takes seconds on a large shard and searches may run beside it
         if self._open().optimize():  # False (and ~0.1 ms) when already optimal
@@ -574,6 +580,13 @@ def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
         # not the lock, nor the owner's socket (a copy is searched in this process only)
         shutil.copytree(source, mine / collection, ignore=shutil.ignore_patterns("owner.lock", "owner.sock", ".owner.sock.*"))
     return EdgeStore(mine, collection, scratch=mine)
+
+
+def _optimizers():
+    """The optimizer settings this version gives every shard (see SEGMENT_KB)."""
+    from qdrant_edge import EdgeOptimizersConfig
+
+    return EdgeOptimizersConfig(max_segment_size=SEGMENT_KB, indexing_threshold=INDEXING_KB)
 
 
 def _pid_alive(pid: int) -> bool:
