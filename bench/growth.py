@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-rss-mib", type=float, default=8192)
     ap.add_argument("--backend", choices=["edge", "local"], default="edge")
     ap.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=True,
-                    help="optimize after the build, as the indexer does (--no-optimize: the raw appendable segment)")
+                    help="optimize after the build, as the indexer does (--no-optimize: the last, partial segment stays raw; "
+                         "full segments are optimized during the write)")
     args = ap.parse_args(argv)
 
     from moonmind_worker.store import EdgeStore, Match, PointIn, SearchSpec, SparseVec, Where

@@ -8,7 +8,12 @@ MOONMIND_HOME with `moonmind rag index` (each package its own repo) and, after e
 * opening the shard: `EdgeShard.load` wall and CPU in a fresh process (median of 7), plus the
   whole `EdgeStore` open our code does on top (metadata, lock);
 * one-shot `rag search` p50/p95 (whole processes, as `bench.owner` times them) and the same
-  searches served by `moonmind serve`.
+  searches served by `moonmind serve`;
+* the index run itself: its wall and the peak RSS of its process tree, summed (as the suite's
+  large-repository row), and the shard's segments after it.
+
+`--one-run` copies the sources into one tree and indexes it as one repo in a single run instead
+(one row): what a single very large repository costs, where the optimize's segment cap matters.
 
 Unlike `bench.growth` (synthetic vectors, the engine alone) this is the real pipeline, so the
 figures include the chunker's payloads, BM25 vectors and the indexer's optimize.
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -25,7 +31,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .measure import fmt, percentile, stop_group
+from .measure import fmt, percentile, run_tree_measured, stop_group
 from .owner import CORPUS_DIR, MOONMIND, django_source, env_for, searches, start_owner
 
 #: Added in this order; together ~100k chunks with Django.
@@ -80,7 +86,7 @@ def measure(home: Path, rounds: int) -> dict:
     env = env_for(home)
     env["MOONMIND_OWNER"] = "off"
     shard = home / "qdrant-edge" / "moonmind__repo" / "shard"
-    out = {"disk_mib": disk_mib(shard), **open_times(env, shard)}
+    out = {"disk_mib": disk_mib(shard), "segments": sum(1 for _ in (shard / "segments").iterdir()), **open_times(env, shard)}
     searches(env, 1, None)  # page cache warm
     walls, _ = searches(env, rounds, None)
     out |= {"one_shot_p50_ms": percentile(walls, 50), "one_shot_p95_ms": percentile(walls, 95)}
@@ -100,26 +106,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--home", default=None, help="scratch MOONMIND_HOME (default: a temporary directory)")
     ap.add_argument("--rounds", type=int, default=3, help="passes over the 10 queries per search figure (default 3)")
     ap.add_argument("--packages", nargs="*", default=PACKAGES, help="sdists added after Django, in order")
+    ap.add_argument("--one-run", action="store_true", help="index every source as one repo, in one run")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="moonmind-growth-real-") as tmp:
         home = Path(args.home) if args.home else Path(tmp) / "home"
+        sources = [("django==5.1.4", django_source()), *((p, sdist(p)) for p in args.packages)]
+        if args.one_run:
+            tree = Path(tmp) / "tree"
+            for spec, src in sources:
+                shutil.copytree(src, tree / src.name)  # copies: the walker does not follow symlinks
+            sources = [("+".join(spec.split("==")[0] for spec, _ in sources), tree)]
         rows, chunks = [], 0
-        for spec, src in [("django==5.1.4", django_source()), *((p, sdist(p)) for p in args.packages)]:
+        for spec, src in sources:
             repo = spec.split("==")[0]
-            r = subprocess.run([MOONMIND, "rag", "index", str(src), "--repo", repo, "--json"], env=env_for(home),
-                               capture_output=True, text=True, timeout=7200)
-            if r.returncode != 0:
+            env = env_for(home)
+            env["MOONMIND_OWNER"] = "off"
+            r = run_tree_measured([MOONMIND, "rag", "index", str(src), "--repo", repo, "--json"], env, timeout=7200)
+            if r.code != 0:
                 raise RuntimeError(r.stderr[-800:])
             report = json.loads(r.stdout)
             chunks += report["chunks_written"]
-            row = {"added": spec, "chunks": chunks, "index_s": report["seconds"], **measure(home, args.rounds)}
+            row = {"added": spec, "chunks": chunks, "index_s": r.wall_s, "index_peak_mib": r.tree_peak_mib, **measure(home, args.rounds)}
             rows.append(row)
             sys.stderr.write(json.dumps(row) + "\n")
-    print("| chunks (after adding) | on disk | shard open (engine) wall / CPU | whole store open (engine + ours) "
-          "| one-shot `rag search` p50 / p95 | served p50 / p95 |")
-    print("|---|---|---|---|---|---|")
+    print("| chunks (after adding) | index run: wall, peak RSS summed | on disk (segments) | shard open (engine) wall / CPU "
+          "| whole store open (engine + ours) | one-shot `rag search` p50 / p95 | served p50 / p95 |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['chunks']:,} ({r['added']}) | {fmt(r['disk_mib'])} MiB | {fmt(r['engine_ms'])} / {fmt(r['engine_cpu_ms'])} ms "
+        print(f"| {r['chunks']:,} ({r['added']}) | {fmt(r['index_s'])} s, {fmt(r['index_peak_mib'])} MiB "
+              f"| {fmt(r['disk_mib'])} MiB ({r['segments']}) | {fmt(r['engine_ms'])} / {fmt(r['engine_cpu_ms'])} ms "
               f"| {fmt(r['store_open_ms'])} ms | {fmt(r['one_shot_p50_ms'])} / {fmt(r['one_shot_p95_ms'])} ms "
               f"| {fmt(r['served_p50_ms'])} / {fmt(r['served_p95_ms'])} ms |")
     return 0
