@@ -47,9 +47,10 @@ RELOAD_BEFORE_OPTIMIZE = 10_000
 
 #: The largest segment the engine builds, in KB of dense vectors (1 KB = one 256-d float32 vector):
 #: optimizing a segment holds old and new copies of it at once, so its size sets the memory and
-#: time of every optimize. Uncapped (the engine's default is 256 MB per core), one 100k-chunk
-#: run peaked at ~1.5 GB, and each later run that crossed the indexing threshold rebuilt the whole
-#: store. 32,000 keeps a Django-sized repository (~31k chunks) one segment. Figures: BENCHMARKS.md.
+#: time of every optimize. Uncapped (the engine's default is 256 MB per core), a large run's
+#: optimize grew with the run, and a later run that crossed the indexing threshold rebuilt the
+#: whole store. 32,000 keeps a Django-sized repository (~31k chunks) one segment, so its search
+#: and open stay those of one graph. Figures: BENCHMARKS.md ("capped segments").
 SEGMENT_KB = 32_000
 #: The engine's default, written out: a segment below it is searched whole and gets no HNSW graph.
 INDEXING_KB = 10_000
@@ -278,10 +279,12 @@ class EdgeStore:
             # optimizes as it goes, and each optimize handles one capped segment, not the run
             self.optimize()
 
+    def _dimensions(self) -> int:
+        return int((self._read_meta() or {})["dimensions"])
+
     def _segment_points(self) -> int:
         """How many points fill a segment of SEGMENT_KB (dense vectors are what the engine counts)."""
-        dims = int((self._read_meta() or {}).get("dimensions") or 256)
-        return SEGMENT_KB * 1024 // (4 * dims)
+        return SEGMENT_KB * 1024 // (4 * self._dimensions())
 
     def delete(self, where: Where) -> None:
         from qdrant_edge import UpdateOperation
@@ -462,8 +465,8 @@ class EdgeStore:
 
             # the segment cap given again: a store created before it takes it here (the engine
             # records it), before the optimize it bounds; the shard's other settings stay its own
-            dims = int((self._read_meta() or {})["dimensions"])
-            config = EdgeConfig(vectors={DENSE: EdgeVectorParams(size=dims, distance=Distance.Cosine)}, optimizers=_optimizers())
+            dense = EdgeVectorParams(size=self._dimensions(), distance=Distance.Cosine)
+            config = EdgeConfig(vectors={DENSE: dense}, optimizers=_optimizers())
             with self._engine:  # one hold: a search on another thread never opens the shard in between
                 self._shard.flush()
                 self._shard.close()
