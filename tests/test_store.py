@@ -352,20 +352,56 @@ def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segme
     assert config["optimizers"]["max_segment_size"] == 2  # the cap is the shard's own, kept by every later open
 
 
-def test_a_store_created_before_the_segment_cap_takes_it_at_its_next_large_optimize(tmp_path, monkeypatch):
+def _dense_storage(shard) -> list[str]:
+    """What each segment of a shard records as its dense vectors' storage (e.g. `InRamChunkedMmap`, `Mmap`)."""
     import json
 
-    from qdrant_edge import EdgeOptimizersConfig
+    return sorted(json.loads((seg / "segment.json").read_text())["config"]["vector_data"]["dense"]["storage_type"]
+                  for seg in (shard / "segments").iterdir())
+
+
+def test_dense_vectors_are_mapped_in_the_segment_being_written_and_in_every_built_segment(tmp_path, monkeypatch):
+    """No segment copies its dense vectors into memory on open: they are read where a search goes.
+
+    Scaled down as above (graphs from 64 points) so that the optimize builds an indexed segment.
+    """
+    from moonmind_worker.store import edge
+
+    monkeypatch.setattr(edge, "INDEXING_KB", 1)
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(200, DIMS)).astype(np.float32)
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        store.upsert([PointIn(id=_id(n), dense=vectors[n], sparse=SparseVec([n + 1], [1.0]), payload={"n": n})
+                      for n in range(200)])
+        store.optimize()
+        hit = store.search([SearchSpec(where=Where(), limit=1, dense=vectors[7] / np.linalg.norm(vectors[7]))])[0][0]
+        assert hit.payload["n"] == 7
+    finally:
+        store.close()
+    kinds = _dense_storage(tmp_path / "edge" / "test_coll" / "shard")
+    assert "Mmap" in kinds  # the built segment
+    assert not [k for k in kinds if k.startswith("InRam")], kinds
+
+
+def test_a_store_created_before_the_segment_cap_takes_it_at_its_next_large_optimize(tmp_path, monkeypatch):
+    """... and so does a store whose dense vectors were copied into memory (what older versions created)."""
+    import json
+
+    from qdrant_edge import Distance, EdgeOptimizersConfig, EdgeVectorParams
 
     from moonmind_worker.store import edge
 
     shard = tmp_path / "edge" / "test_coll" / "shard"
     monkeypatch.setattr(edge, "_optimizers", lambda: EdgeOptimizersConfig())  # what older versions created
+    monkeypatch.setattr(edge, "_dense", lambda dims: EdgeVectorParams(size=dims, distance=Distance.Cosine))
     store = EdgeStore(tmp_path / "edge", "test_coll")
     store.create(DIMS, "test-model", 1)
     store.upsert(_points())
     store.close()
     assert json.loads((shard / "edge_config.json").read_text())["optimizers"]["max_segment_size"] is None
+    assert [k for k in _dense_storage(shard) if k.startswith("InRam")]
     monkeypatch.undo()
     monkeypatch.setattr(edge, "RELOAD_BEFORE_OPTIMIZE", 3)  # a write this large reloads the shard first
     store = EdgeStore(tmp_path / "edge", "test_coll")
@@ -377,7 +413,10 @@ def test_a_store_created_before_the_segment_cap_takes_it_at_its_next_large_optim
         assert _ns(store.search([_dense(q=(0, 0, 0, 1), limit=1)])[0]) == [4]
     finally:
         store.close()
-    assert json.loads((shard / "edge_config.json").read_text())["optimizers"]["max_segment_size"] == edge.SEGMENT_KB
+    config = json.loads((shard / "edge_config.json").read_text())
+    assert config["optimizers"]["max_segment_size"] == edge.SEGMENT_KB
+    assert config["vectors"]["dense"]["memory"] == "cold"
+    assert not [k for k in _dense_storage(shard) if k.startswith("InRam")]  # the segments it wrote since
 
 
 # ------------------------------------------------- one owner per store ---

@@ -191,11 +191,9 @@ class EdgeStore:
 
     def create(self, dimensions: int, model: str, schema_version: int) -> None:
         from qdrant_edge import (
-            Distance,
             EdgeConfig,
             EdgeShard,
             EdgeSparseVectorParams,
-            EdgeVectorParams,
             FloatIndexParams,
             HnswIndexConfig,
             KeywordIndexParams,
@@ -217,7 +215,7 @@ class EdgeStore:
         # from the page cache on every open, and the first query then reads them from disk.
         cached = Memory.Cached
         config = EdgeConfig(
-            vectors={DENSE: EdgeVectorParams(size=dimensions, distance=Distance.Cosine)},
+            vectors={DENSE: _dense(dimensions)},
             sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf, memory=cached)},
             hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, memory=cached),  # the defaults, but memory
             optimizers=_optimizers(),
@@ -459,14 +457,14 @@ class EdgeStore:
             # Why: a shard that took many writes in this process holds their working memory (its
             # appendable segment's growth, ~170 MB anonymous at 30k chunks) until it is closed, and
             # the build adds ~300 MB on top; loading it again from disk first (~0.3 s) cuts the peak
-            from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
+            from qdrant_edge import EdgeConfig, EdgeShard
 
             from ..heap import give_back_heap
 
-            # the segment cap given again: a store created before it takes it here (the engine
-            # records it), before the optimize it bounds; the shard's other settings stay its own
-            dense = EdgeVectorParams(size=self._dimensions(), distance=Distance.Cosine)
-            config = EdgeConfig(vectors={DENSE: dense}, optimizers=_optimizers())
+            # the segment cap and the dense vectors' placement given again: a store created before
+            # them takes them here (the engine records them), before the optimize they bound; the
+            # shard's other settings stay its own
+            config = EdgeConfig(vectors={DENSE: _dense(self._dimensions())}, optimizers=_optimizers())
             with self._engine:  # one hold: a search on another thread never opens the shard in between
                 self._shard.flush()
                 self._shard.close()
@@ -583,6 +581,22 @@ def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
         # not the lock, nor the owner's socket (a copy is searched in this process only)
         shutil.copytree(source, mine / collection, ignore=shutil.ignore_patterns("owner.lock", "owner.sock", ".owner.sock.*"))
     return EdgeStore(mine, collection, scratch=mine)
+
+
+def _dense(dimensions: int):
+    """The dense vectors' parameters this version gives every shard.
+
+    Why Cold (memory-mapped, not warmed on open), where the graph and the indexes are Cached: the
+    engine's default copies every segment's vectors into memory as it opens it, and the segment
+    being written keeps its whole preallocated chunk resident; a one-shot search then pays for
+    all the vectors to read the few hundred its graph walk touches, and an optimize holds the
+    old and the new segment's vectors at once. Mapped, they are read where the search goes, from
+    the page cache the write has just filled. Same vectors, same graph, same results; figures:
+    BENCHMARKS.md ("dense vectors mapped").
+    """
+    from qdrant_edge import Distance, EdgeVectorParams, Memory
+
+    return EdgeVectorParams(size=dimensions, distance=Distance.Cosine, memory=Memory.Cold)
 
 
 def _optimizers():
