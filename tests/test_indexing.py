@@ -314,6 +314,65 @@ def test_giving_back_the_heap_returns_the_pages_of_freed_objects_to_the_system()
     assert before - after > 60_000, (before, after)  # of ~135 MB freed, in KB
 
 
+def test_large_blocks_freed_under_a_live_object_go_back_to_the_system():
+    """`heap.keep_large_blocks_out_of_the_heap`, which the indexing processes call: once glibc has freed
+    one 8 MB block it serves later blocks of that size from the heap, where a small object allocated
+    above them keeps their pages after they are freed; with the bar held at 128 KB they go back at once."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from moonmind_worker.heap import keep_large_blocks_out_of_the_heap\n"
+        "if sys.argv[1] == 'fixed':\n"
+        "    keep_large_blocks_out_of_the_heap()\n"
+        "def rss():\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS'))\n"
+        "big = bytearray(8 << 20)\n"
+        "del big\n"  # one 8 MB block freed: glibc raises its bar to 8 MB
+        "blocks = []\n"
+        "for _ in range(16):\n"  # 64 MB in 4 MB blocks, every page touched
+        "    b = bytearray(4 << 20)\n"
+        "    b[::4096] = bytes(len(b[::4096]))\n"
+        "    blocks.append(b)\n"
+        "pin = [bytearray(600) for _ in range(10)]\n"  # small objects above them
+        "before = rss()\n"
+        "del blocks\n"
+        "print(before, rss(), len(pin))\n"
+    )
+    freed = {}
+    for arm in ("default", "fixed"):
+        out = subprocess.run([sys.executable, "-c", code, arm], capture_output=True, text=True, check=True).stdout.split()
+        freed[arm] = int(out[0]) - int(out[1])
+    assert freed["fixed"] > 60_000, freed  # KB: the 64 MB went back
+    assert freed["default"] < 16_000, freed  # glibc's own bar: they stay (the reason for the call)
+
+
+def test_closing_a_pool_of_workers_ends_the_resource_tracker_too():
+    """The tracker multiprocessing starts for the pool's semaphores (~12 MB) does not outlive the pool
+    into the run's last writes and its optimize; a later pool starts one again and works."""
+    from multiprocessing import resource_tracker
+
+    from moonmind_worker.embedding.static import StaticEmbedder
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.text.chunking import chunk_text
+
+    group = [("m.py", "def f(x):\n    return x\n")]
+    for _ in range(2):
+        pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
+        try:
+            job = pool.chunk(group, 200, 0)
+            assert pool.parallel
+            tracker = resource_tracker._resource_tracker._pid
+            assert tracker is not None and os.path.exists(f"/proc/{tracker}")
+            assert pool.result(job) == [chunk_text(group[0][1], "m.py", 200, 0)]
+        finally:
+            pool.close()
+        assert resource_tracker._resource_tracker._pid is None
+        assert not os.path.exists(f"/proc/{tracker}")  # exited and reaped
+
+
 def test_a_chunking_job_a_dead_worker_took_is_done_here_once_for_every_file_of_it():
     """A chunking job carries several files and its result is asked once per file: after the worker
     died with it, every one of them must get its chunks (the second used to fail on a job already redone)."""

@@ -12,6 +12,7 @@ import hashlib
 import time
 import uuid
 from collections import deque
+from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Callable
 from .. import observe
 from ..contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, ChunkPayload, TrustClass
 from ..embedding import Embedder
+from ..heap import keep_large_blocks_out_of_the_heap
 from ..ids import utc_timestamp
 from ..settings import Settings
 from ..store import PointIn, SparseVec, Store
@@ -225,6 +227,7 @@ def index_repository(
     same bit for bit whichever way a run goes, and an interrupted run leaves whole files behind.
     """
     started = time.perf_counter()
+    keep_large_blocks_out_of_the_heap()  # this process writes the store and holds its growing segment
     summary = IndexSummary(repo=repo, tenant=tenant)
     info = check_collection(store, embedder, must_exist=False)
     if info is None:
@@ -340,6 +343,10 @@ def index_repository(
         send_group()
         take(block=True)
         flush()
+        while any(not job.done() for job, _ in writing):  # write what is in while the rest is embedded
+            futures.wait([writing[0][0]])
+            write(block=False)
+        pool.close()  # every point is built: the workers exit before the store's largest moment, the last writes
         write(block=True)
     finally:
         pool.close()

@@ -22,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable
 
-from ..heap import give_back_heap
+from ..heap import give_back_heap, keep_large_blocks_out_of_the_heap
 
 #: Changed-file text handed to one chunking job (characters), or this many files, whichever comes first.
 GROUP_CHARS = 256_000
@@ -148,6 +148,22 @@ class Pool:
             # not killed: a worker stopped mid-job leaves the pool's semaphores to the resource
             # tracker, which then warns on stderr under the "interrupted" line; a job takes < 1 s
             executor.shutdown(wait=True, cancel_futures=True)
+            del executor  # its queues, and with them the semaphores the tracker watches
+            _stop_resource_tracker()
+
+
+def _stop_resource_tracker() -> None:
+    """End the process multiprocessing started to clean up after the pool's semaphores (~12 MB of RSS).
+
+    Why: it outlives the pool, through the run's last write and its optimize (the run's peak);
+    with the pool gone it watches nothing (a later pool starts it again). Its stop is private API
+    (Python 3.11.7+, 3.12+): where it is missing, the tracker just stays.
+    """
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        stop()
 
 
 # --- in the worker processes ------------------------------------------------
@@ -166,6 +182,7 @@ def _init(model_dir: str, name: str, parent: int) -> None:
     # with them, and each pool thread keeps its own malloc arena (memory); the ids are the same.
     # OpenBLAS keeps its threads: the vectors' last bits depend on how it splits the product.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    keep_large_blocks_out_of_the_heap()
     from ..embedding.static import StaticEmbedder
 
     global _model
