@@ -15,8 +15,8 @@ from pathlib import Path
 
 
 def texts_of(root: Path) -> list[str]:
-    """Every chunk's embedding text, as `indexer.build_points` embeds it."""
-    from moonmind_worker.indexing.indexer import embedding_text
+    """Every chunk's embedding text, as `points.build` embeds it."""
+    from moonmind_worker.indexing.points import embedding_text
     from moonmind_worker.settings import get_settings
     from moonmind_worker.text.chunking import chunk_text
     from moonmind_worker.text.files import read_text, walk

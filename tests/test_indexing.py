@@ -348,6 +348,32 @@ def test_large_blocks_freed_under_a_live_object_go_back_to_the_system():
     assert freed["default"] < 16_000, freed  # glibc's own bar: they stay (the reason for the call)
 
 
+def test_index_workers_build_points_without_loading_the_contracts():
+    """The workers build each batch's points from a payload template validated in this process, so
+    pydantic (~11 MB a process) is never loaded there; the points are the contract's own (see above)."""
+    from moonmind_worker.contracts import ChunkPayload
+    from moonmind_worker.embedding.static import StaticEmbedder
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.text.chunking import chunk_text
+
+    text = "def f(x):\n    return x\n"
+    pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
+    try:
+        job = pool.points([("m.py", "sha256:0", chunk_text(text, "m.py", 200, 0))], repo="r", tenant="t")
+        assert pool.parallel
+        (point,) = pool.result(job)
+        (pid,) = list(pool._executor._processes)  # type: ignore[union-attr]
+        with open(f"/proc/{pid}/maps") as f:
+            mapped = f.read()
+    finally:
+        pool.close()
+    assert "tokenizers" in mapped  # the worker did load the model
+    assert "pydantic" not in mapped
+    assert point.payload == ChunkPayload.model_validate(point.payload).model_dump()
+    assert (point.payload["repo"], point.payload["tenant"], point.payload["path"]) == ("r", "t", "m.py")
+
+
 def test_closing_a_pool_of_workers_ends_the_resource_tracker_too():
     """The tracker multiprocessing starts for the pool's semaphores (~12 MB) does not outlive the pool
     into the run's last writes and its optimize; a later pool starts one again and works."""

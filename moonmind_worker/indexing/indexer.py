@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-import uuid
 from collections import deque
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .. import observe
 from ..contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, ChunkPayload, TrustClass
@@ -24,15 +23,14 @@ from ..embedding import Embedder
 from ..heap import keep_large_blocks_out_of_the_heap
 from ..ids import utc_timestamp
 from ..settings import Settings
-from ..store import PointIn, SparseVec, Store
+from ..store import PointIn, Store
 from ..store.guardrails import check_collection
 from ..store.scopes import canonical_repo
-from ..text import lexical
 from ..text.chunking import Chunk, language_of
 from ..text.files import Skipped, read_text, walk
-from . import workers
+from . import points, workers
+from .points import Docs
 
-_NAMESPACE = uuid.UUID("6f1d0b52-3c0a-4f0e-9d7e-6d6f6f6e6d69")
 _NOTHING = workers.done(None)  # the "job" of a file that was not read: nothing to wait for
 
 
@@ -85,29 +83,42 @@ def chunk_recipe(settings: Settings) -> str:
     return f"v{CHUNK_RECIPE_VERSION}:{settings.chunk_chars}:{settings.chunk_overlap_lines}"
 
 
-def point_id(tenant: str, repo: str, path: str, sequence: int, trust_class: str = CANONICAL, run_id: str = "") -> str:
-    """Deterministic id: the same chunk slot always maps to the same point."""
-    return str(uuid.uuid5(_NAMESPACE, f"{tenant}\0{repo}\0{trust_class}\0{run_id}\0{path}\0{sequence}"))
-
-
 def content_hash(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def embedding_text(path: str, chunk: Chunk) -> str:
-    """What the models see: the path and enclosing symbol give a chunk its context."""
-    return titled_text(path, chunk.section_title, chunk.text)
+def payload_template(
+    docs: Docs,
+    *,
+    repo: str,
+    tenant: str,
+    model_version: str,
+    trust_class: TrustClass = CANONICAL,
+    run_id: str = "",
+    expires_at: float | None = None,
+) -> dict[str, Any]:
+    """A batch's payload as the contract dumps it, from its first chunk: what `points.build` copies per chunk.
 
-
-def titled_text(path: str, section_title: str, text: str) -> str:
-    """`embedding_text` from a stored payload's fields (a re-embed must see exactly what the indexer embedded)."""
-    title = f"{section_title}\n" if section_title else ""
-    return f"{path}\n{title}{text}"
+    Why one per batch: the contract's keys, order, defaults and batch-wide values, validated once,
+    without ~20 µs of pydantic per chunk (and without pydantic where the points are built).
+    """
+    path, fhash, chunks = next((d for d in docs if d[2]), docs[0])
+    c = chunks[0]
+    return ChunkPayload(
+        **points.chunk_fields(path, fhash, c, language_of(path)),
+        repo=repo,
+        tenant=tenant,
+        model_version=model_version,
+        indexed_at=utc_timestamp(),
+        trust_class=trust_class,
+        run_id=run_id,
+        expires_at=expires_at,
+    ).model_dump()
 
 
 def build_points(
     embedder: Embedder,
-    docs: list[tuple[str, str, list[Chunk]]],
+    docs: Docs,
     *,
     repo: str,
     tenant: str,
@@ -116,60 +127,11 @@ def build_points(
     expires_at: float | None = None,
 ) -> list[PointIn]:
     """Embed chunks of several files in one batch and wrap them as points (shared with overlays)."""
-    flat = [(path, h, c) for path, h, chunks in docs for c in chunks]
-    if not flat:
+    if not any(chunks for _, _, chunks in docs):
         return []
-    texts = [embedding_text(path, c) for path, _, c in flat]
-    vectors = embedder.embed_documents(texts)
-    # One payload per batch is built by the contract; every chunk's is a copy with its own fields set:
-    # the contract's keys, order and batch-wide values, without ~20 µs of pydantic per chunk.
-    path, fhash, c = flat[0]
-    template = ChunkPayload(
-        **_chunk_fields(path, fhash, c, language_of(path)),
-        repo=repo,
-        tenant=tenant,
-        model_version=embedder.name,
-        indexed_at=utc_timestamp(),
-        trust_class=trust_class,
-        run_id=run_id,
-        expires_at=expires_at,
-    ).model_dump()
-    languages: dict[str, str] = {}
-    points = []
-    for (path, fhash, c), text, vec in zip(flat, texts, vectors):
-        language = languages.get(path) or languages.setdefault(path, language_of(path))
-        payload = template.copy()
-        payload.update(_chunk_fields(path, fhash, c, language))
-        ids, values = lexical.document_vector(text)
-        points.append(
-            PointIn(
-                id=point_id(tenant, repo, path, c.chunk_sequence, trust_class, run_id),
-                dense=vec,
-                sparse=SparseVec(ids, values),
-                payload=payload,
-            )
-        )
-    return points
-
-
-def _chunk_fields(path: str, fhash: str, c: Chunk, language: str) -> dict:
-    """The payload fields that differ from chunk to chunk (`build_points` copies the rest)."""
-    return {
-        "path": path,
-        "language": language,
-        "chunk_id": f"{path}#{c.chunk_sequence}",
-        "chunk_hash": c.chunk_hash,
-        "content_hash": fhash,
-        "offset_start": c.offset_start,
-        "offset_end": c.offset_end,
-        "line_start": c.line_start,
-        "line_end": c.line_end,
-        "section_title": c.section_title,
-        "chunk_sequence": c.chunk_sequence,
-        "total_chunks": c.total_chunks,
-        "text": c.text,
-        "token_count": c.token_count,
-    }
+    template = payload_template(docs, repo=repo, tenant=tenant, model_version=embedder.name,
+                                trust_class=trust_class, run_id=run_id, expires_at=expires_at)
+    return points.build(embedder, docs, template)
 
 
 def _size(path: Path) -> int:
@@ -282,10 +244,10 @@ def index_repository(
         """Store the embedded batches at the head of the line, in order (all of them when `block`)."""
         while writing and (block or writing[0][0].done() or len(writing) > pool.batches_in_flight):
             job, stale_ids = writing.popleft()
-            points = pool.result(job)
-            store.upsert(points)
-            summary.chunks_written += len(points)
-            new_ids = {p.id for p in points}
+            built = pool.result(job)
+            store.upsert(built)
+            summary.chunks_written += len(built)
+            new_ids = {p.id for p in built}
             drop = [i for i in stale_ids if i not in new_ids]
             store.delete_ids(drop)
             summary.chunks_deleted += len(drop)

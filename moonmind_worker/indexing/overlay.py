@@ -33,7 +33,8 @@ from ..store.guardrails import check_collection
 from ..store.scopes import every_overlay, run_overlay
 from ..text.chunking import Chunk, chunk_text, language_of, sha256_text
 from ..text.files import Skipped, excluded_reason, name_problem, read_text
-from .indexer import build_points, content_hash, point_id
+from .indexer import build_points, content_hash
+from .points import point_id
 
 #: Default lifetime of an overlay upsert (`--ttl`); a job normally cleans its run sooner.
 DEFAULT_TTL_S = 24 * 3600.0

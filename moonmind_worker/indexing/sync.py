@@ -21,7 +21,7 @@ from ..embedding import Embedder
 from ..errors import MoonmindError
 from ..store import PointIn, SparseVec
 from ..text import lexical
-from .indexer import titled_text
+from .points import titled_text
 
 #: Rounds of catch-up with writes that landed in the old collection while the sync embedded.
 CATCH_UP_ROUNDS = 3

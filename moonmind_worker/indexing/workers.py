@@ -138,8 +138,17 @@ class Pool:
         return self._submit(_chunk_group, group, chunk_chars, overlap_lines)
 
     def points(self, docs: list, *, repo: str, tenant: str) -> Future:
-        """`indexer.build_points` of one batch (embedded as one batch, wherever it runs)."""
-        return self._submit(_points, docs, repo, tenant)
+        """`indexer.build_points` of one batch (embedded as one batch, wherever it runs).
+
+        The batch's payload template is validated here, where the contracts are loaded: a worker
+        builds the points from it without them (`points.build`).
+        """
+        from .indexer import payload_template
+
+        if not any(chunks for _, _, chunks in docs):
+            return done([])
+        template = payload_template(docs, repo=repo, tenant=tenant, model_version=self._embedder.name)
+        return self._submit(_points, docs, template)
 
     def close(self) -> None:
         """Workers exit once their current job is done; jobs not started are dropped (an error or interrupt)."""
@@ -212,11 +221,11 @@ def _chunk_group(embedder: Any, group: list[tuple[str, str]], chunk_chars: int, 
             give_back_heap()
 
 
-def _points(embedder: Any, docs: list, repo: str, tenant: str) -> list:
-    from .indexer import build_points
+def _points(embedder: Any, docs: list, template: dict) -> list:
+    from .points import build
 
     try:
-        return build_points(embedder if embedder is not None else _model, docs, repo=repo, tenant=tenant)
+        return build(embedder if embedder is not None else _model, docs, template)
     finally:
         if embedder is None:
             give_back_heap()
