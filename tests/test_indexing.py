@@ -424,6 +424,39 @@ def test_a_chunking_job_a_dead_worker_took_is_done_here_once_for_every_file_of_i
 
 
 @pytest.mark.slow  # starts a worker process
+def test_the_indexing_process_of_a_run_with_workers_never_loads_numpy(tmp_path):
+    """What crosses from a worker is plain Python (points, float32 arrays): the process that reads and
+    writes holds neither numpy nor the model through the run; its points are the very same (see above)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "tree"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(60):
+        (root / f"pkg/mod_{i}.py").write_text("".join(f"def h_{i}_{j}(r, v):\n    return r.get('k{j}', v)\n\n\n" for j in range(20)))
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from moonmind_worker.embedding import StaticEmbedder\n"
+        "from moonmind_worker.indexing.indexer import index_repository\n"
+        "from moonmind_worker.settings import Settings\n"
+        "from moonmind_worker.store import EdgeStore\n"
+        "if __name__ == '__main__':\n"
+        f"    s = Settings(_env_file=None, moonmind_home=Path({str(tmp_path / 'home')!r}), qdrant_url=None,\n"
+        "                 collection='moonmind__repo', chunk_chars=200, index_workers=1)\n"
+        "    store = EdgeStore(s.data_dir, s.collection)\n"
+        f"    r = index_repository(Path({str(root)!r}), repo='demo', tenant='acme', settings=s, embedder=StaticEmbedder(), store=store)\n"
+        "    print(r.chunks_written, store.count(), 'numpy' in sys.modules)\n"
+        "    store.close()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    written, stored, numpy_loaded = out.stdout.split()
+    assert int(written) == int(stored) > 0
+    assert numpy_loaded == "False"
+
+
+@pytest.mark.slow  # starts a worker process
 def test_a_run_whose_new_files_are_large_starts_its_workers_before_this_process_loads_the_model(tmp_path, monkeypatch):
     """A cold index of a big tree chunks and embeds in the workers from its first file: the indexing
     process never loads the model, numpy and the tokenizer (their memory, the whole run long). A later

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 if TYPE_CHECKING:  # annotations only: a query vector may be an array('f') (embedding.static_query)
+    from array import array
+
     import numpy as np
 
 from ..errors import MoonmindError
@@ -82,7 +84,7 @@ class SparseVec:
 @dataclass
 class PointIn:
     id: str
-    dense: np.ndarray
+    dense: np.ndarray | array[float]  # the stores read it with .tolist(); built points carry an array('f')
     sparse: SparseVec
     payload: dict[str, Any]
 
