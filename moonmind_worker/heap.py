@@ -44,7 +44,8 @@ def keep_large_blocks_out_of_the_heap() -> None:
     after a few batches of an index run (vectors, pickled results, the engine's growing buffers)
     such blocks come from the heap, where a small live object above them keeps their pages after
     they are freed, and `give_back_heap` cannot reach them. Fixed, the indexing processes' summed
-    peak is ~25 MB lower (BENCHMARKS.md, "large blocks"). Process-wide and idempotent; a no-op off glibc.
+    peak is lower (BENCHMARKS.md, "The run's peak memory under 500 MiB"). Process-wide and idempotent;
+    a no-op off glibc.
     """
     libc = _glibc()
     if libc:

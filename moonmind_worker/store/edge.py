@@ -592,7 +592,7 @@ def _dense(dimensions: int):
     all the vectors to read the few hundred its graph walk touches, and an optimize holds the
     old and the new segment's vectors at once. Mapped, they are read where the search goes, from
     the page cache the write has just filled. Same vectors, same graph, same results; figures:
-    BENCHMARKS.md ("dense vectors mapped").
+    BENCHMARKS.md ("The run's peak memory under 500 MiB").
     """
     from qdrant_edge import Distance, EdgeVectorParams, Memory
 
