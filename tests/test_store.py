@@ -331,6 +331,9 @@ def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segme
 
     monkeypatch.setattr(edge, "SEGMENT_KB", 2)  # 2 KB of 4-d float32 vectors = 128 points
     monkeypatch.setattr(edge, "INDEXING_KB", 1)
+    reloads = []
+    reload = EdgeStore._reload
+    monkeypatch.setattr(EdgeStore, "_reload", lambda self: (reloads.append(self._unindexed), reload(self)))
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(400, DIMS)).astype(np.float32)
     store = EdgeStore(tmp_path / "edge", "test_coll")
@@ -343,6 +346,7 @@ def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segme
         store.flush()
         assert store.count() == 400
         assert store._open().info().segments_count >= 3  # 400 points, at most 128 + one batch of 50 each
+        assert reloads.count(0) >= 2  # each full segment's optimize is followed by a fresh load of the shard
         for n in (0, 199, 399):
             hit = store.search([SearchSpec(where=Where(), limit=1, dense=vectors[n] / np.linalg.norm(vectors[n]))])[0][0]
             assert (hit.id, hit.payload["n"]) == (_id(n), n)

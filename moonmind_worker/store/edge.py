@@ -276,6 +276,9 @@ class EdgeStore:
             # closes (indexed) and replaces; so a run that writes more than a segment's worth
             # optimizes as it goes, and each optimize handles one capped segment, not the run
             self.optimize()
+            # and loads it again after: the next segment's writes start without the build's leftovers
+            # (Django + sympy + sqlalchemy in one run: their writing phases ~150 MB lower)
+            self._reload()
 
     def _dimensions(self) -> int:
         return int((self._read_meta() or {})["dimensions"])
@@ -457,25 +460,29 @@ class EdgeStore:
             # Why: a shard that took many writes in this process holds their working memory (its
             # appendable segment's growth, ~170 MB anonymous at 30k chunks) until it is closed, and
             # the build adds ~300 MB on top; loading it again from disk first (~0.3 s) cuts the peak
-            from qdrant_edge import EdgeConfig, EdgeShard
-
-            from ..heap import give_back_heap
-
-            # the segment cap and the dense vectors' placement given again: a store created before
-            # them takes them here (the engine records them), before the optimize they bound; the
-            # shard's other settings stay its own
-            config = EdgeConfig(vectors={DENSE: _dense(self._dimensions())}, optimizers=_optimizers())
-            with self._engine:  # one hold: a search on another thread never opens the shard in between
-                self._shard.flush()
-                self._shard.close()
-                self._shard = None
-                self._written = 0
-                give_back_heap()  # what the closed shard freed, and the run before it, before the build needs more
-                self._shard = EdgeShard.load(str(self.data_dir / "shard"), config)
+            self._reload()
         self._unindexed = 0
         # not under the engine lock: it takes seconds on a large shard and searches may run beside it
         if self._open().optimize():  # False (and ~0.1 ms) when already optimal
             self._dirty = True
+
+    def _reload(self) -> None:
+        """Close the shard and load it again from disk: what it held in memory for this process's writes is gone."""
+        from qdrant_edge import EdgeConfig, EdgeShard
+
+        from ..heap import give_back_heap
+
+        # the segment cap and the dense vectors' placement given again: a store created before
+        # them takes them here (the engine records them), before the optimize they bound; the
+        # shard's other settings stay its own
+        config = EdgeConfig(vectors={DENSE: _dense(self._dimensions())}, optimizers=_optimizers())
+        with self._engine:  # one hold: a search on another thread never opens the shard in between
+            self._shard.flush()
+            self._shard.close()
+            self._shard = None
+            self._written = 0
+            give_back_heap()  # what the closed shard freed, and the run before it, before the build needs more
+            self._shard = EdgeShard.load(str(self.data_dir / "shard"), config)
 
     # -- aliases (sync-embedding) -------------------------------------------
     def alias_target(self) -> str | None:
