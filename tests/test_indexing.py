@@ -374,7 +374,7 @@ def test_index_workers_build_points_without_loading_the_contracts():
     assert (point.payload["repo"], point.payload["tenant"], point.payload["path"]) == ("r", "t", "m.py")
 
 
-def test_closing_a_pool_of_workers_ends_the_resource_tracker_too():
+def test_closing_a_pool_of_workers_ends_the_resource_tracker_too(monkeypatch):
     """The tracker multiprocessing starts for the pool's semaphores (~12 MB) does not outlive the pool
     into the run's last writes and its optimize; a later pool starts one again and works."""
     from multiprocessing import resource_tracker
@@ -384,6 +384,7 @@ def test_closing_a_pool_of_workers_ends_the_resource_tracker_too():
     from moonmind_worker.settings import Settings
     from moonmind_worker.text.chunking import chunk_text
 
+    monkeypatch.setattr(workers, "_running", 0)  # a pool an earlier test broke (a killed worker) keeps its tracker
     group = [("m.py", "def f(x):\n    return x\n")]
     for _ in range(2):
         pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
@@ -397,6 +398,18 @@ def test_closing_a_pool_of_workers_ends_the_resource_tracker_too():
             pool.close()
         assert resource_tracker._resource_tracker._pid is None
         assert not os.path.exists(f"/proc/{tracker}")  # exited and reaped
+    # two runs' pools at once in one process (a threaded host): the first to close leaves it to the other
+    first = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
+    second = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
+    try:
+        jobs = [first.chunk(group, 200, 0), second.chunk(group, 200, 0)]
+        first.close()
+        assert resource_tracker._resource_tracker._pid is not None
+        assert second.result(jobs[1]) == [chunk_text(group[0][1], "m.py", 200, 0)]
+    finally:
+        first.close()
+        second.close()
+    assert resource_tracker._resource_tracker._pid is None
 
 
 def test_a_chunking_job_a_dead_worker_took_is_done_here_once_for_every_file_of_it():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import weakref
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -30,6 +31,11 @@ GROUP_FILES = 48
 #: In auto mode, processes start once this much changed text (characters) was seen: a run smaller
 #: than this finishes in about the time two workers take to start (imports, the model).
 START_CHARS = 1_500_000
+
+
+#: Pools of this process whose worker processes are running (see `Pool.close`).
+_running = 0
+_running_lock = threading.Lock()
 
 
 def done(value: Any) -> Future:
@@ -107,12 +113,15 @@ class Pool:
         """A worker died (killed, out of memory, or a script that re-runs itself in every new process
         because its entry point lacks `if __name__ == "__main__":`): the run goes on in this process."""
         executor, self._executor, self._workers = self._executor, None, 0
-        if executor is not None:
+        if executor is not None:  # not counted off `_running`: a broken pool's semaphores keep their tracker
             executor.shutdown(wait=False, cancel_futures=True)
 
     def _start(self) -> None:
         import multiprocessing
 
+        global _running
+        with _running_lock:
+            _running += 1
         model = self._embedder
         self._executor = ProcessPoolExecutor(
             max_workers=self._workers,
@@ -158,7 +167,11 @@ class Pool:
             # tracker, which then warns on stderr under the "interrupted" line; a job takes < 1 s
             executor.shutdown(wait=True, cancel_futures=True)
             del executor  # its queues, and with them the semaphores the tracker watches
-            _stop_resource_tracker()
+            global _running
+            with _running_lock:
+                _running -= 1
+                if not _running:  # another run's pool in this process (a threaded host) still needs it
+                    _stop_resource_tracker()
 
 
 def _stop_resource_tracker() -> None:
