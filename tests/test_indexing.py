@@ -469,6 +469,44 @@ def test_the_indexing_process_of_a_run_with_workers_never_loads_numpy(tmp_path):
     assert numpy_loaded == "False"
 
 
+@pytest.mark.slow  # starts worker processes
+def test_the_workers_of_a_run_exit_while_a_write_builds_a_segment_and_start_again_after_it(tmp_path, monkeypatch):
+    """A run larger than a segment builds segments as it writes (`Store.room`): the workers, idle then,
+    are not held beside the build, the run's largest moment; the run goes on with new ones, whole."""
+    import multiprocessing
+
+    from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.indexing.indexer import index_repository
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.store import EdgeStore, edge
+
+    monkeypatch.setattr(edge, "SEGMENT_KB", 1024)  # 1,024 points of 256 dims (1 KB each) per segment
+    monkeypatch.setattr(edge, "INDEXING_KB", 256)
+    builds: list[list[int]] = []  # the live worker processes at each optimize
+    writers: set[int] = set()  # every worker process seen while the run wrote
+    optimize, upsert = EdgeStore.optimize, EdgeStore.upsert
+    monkeypatch.setattr(EdgeStore, "optimize", lambda self: (
+        builds.append([p.pid for p in multiprocessing.active_children()]), optimize(self))[1])
+    monkeypatch.setattr(EdgeStore, "upsert", lambda self, points: (
+        writers.update(p.pid for p in multiprocessing.active_children()), upsert(self, points))[1])
+    root = tmp_path / "tree"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(200):
+        (root / f"pkg/mod_{i}.py").write_text("".join(
+            f"def handler_{i}_{j}(request, value):\n    return request.get('k{j}', value) * {j}\n\n\n" for j in range(30)))
+    settings = Settings(_env_file=None, moonmind_home=tmp_path / "home", qdrant_url=None, collection="moonmind__repo",
+                        chunk_chars=200, index_workers=1, embedding_batch_size=64)  # batches of 256 chunks: 4 per segment
+    store = EdgeStore(settings.data_dir, settings.collection)
+    try:
+        run = index_repository(root, repo="demo", tenant="acme", settings=settings, embedder=StaticEmbedder(), store=store)
+        assert run.chunks_written == store.count() > 2.5 * 1024
+        assert store._open().info().segments_count >= 3
+    finally:
+        store.close()
+    assert len(builds) >= 3 and builds[:-1] == [[]] * (len(builds) - 1)  # no worker alive at a mid-run build
+    assert len(writers) >= 2  # the one worker of this run was started again after a build
+
+
 @pytest.mark.slow  # starts a worker process
 def test_a_run_whose_new_files_are_large_starts_its_workers_before_this_process_loads_the_model(tmp_path, monkeypatch):
     """A cold index of a big tree chunks and embeds in the workers from its first file: the indexing

@@ -356,6 +356,27 @@ def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segme
     assert config["optimizers"]["max_segment_size"] == 2  # the cap is the shard's own, kept by every later open
 
 
+def test_a_store_says_how_many_points_it_takes_before_a_write_builds_a_segment(store, monkeypatch):
+    """What an index run reads to stop its workers before a build (`Store.room`): the embedded engine
+    counts down to its segment cap and starts again after each build; a server builds on its own."""
+    from moonmind_worker.store import edge
+
+    monkeypatch.setattr(edge, "SEGMENT_KB", 1)  # 1 KB of 4-d float32 vectors = 64 points
+    store.create(DIMS, "test-model", 1)
+    if isinstance(store, QdrantClientStore):
+        store.upsert(_points())
+        assert store.room() is None
+        return
+    assert store.room() == 64
+    store.upsert(_points())
+    assert store.room() == 64 - len(ROWS)
+    rng = np.random.default_rng(0)
+    store.upsert([PointIn(id=_id(n), dense=rng.normal(size=DIMS).astype(np.float32), sparse=SparseVec([1], [1.0]),
+                          payload={"repo": "a", "tenant": "t1"}) for n in range(100, 100 + store.room())])
+    assert store.room() == 64  # that write filled the segment, which was built: a new one starts
+    assert store.count() == 64
+
+
 def _dense_storage(shard) -> list[str]:
     """What each segment of a shard records as its dense vectors' storage (e.g. `InRamChunkedMmap`, `Mmap`)."""
     import json

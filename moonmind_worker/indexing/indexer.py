@@ -245,6 +245,9 @@ def index_repository(
         while writing and (block or writing[0][0].done() or len(writing) > pool.batches_in_flight):
             job, stale_ids = writing.popleft()
             built = pool.result(job)
+            room = store.room()
+            if room is not None and len(built) >= room:
+                pool.rest()  # this write builds a segment: the workers' memory is not held beside the build's
             store.upsert(built)
             summary.chunks_written += len(built)
             new_ids = {p.id for p in built}

@@ -109,6 +109,14 @@ class Pool:
             value = self._redone[job] = fn(self._embedder, *args)
             return value
 
+    def rest(self) -> None:
+        """Workers finish the jobs they were given (their results are kept) and exit; the next job starts them again.
+
+        Why: while the store builds a segment in this process (`Store.room`), there is nothing for
+        them to do, and their memory (~110 MB each) would sit beside the build's, the run's largest.
+        """
+        self._stop(cancel=False)
+
     def _give_up(self) -> None:
         """A worker died (killed, out of memory, or a script that re-runs itself in every new process
         because its entry point lacks `if __name__ == "__main__":`): the run goes on in this process."""
@@ -161,11 +169,14 @@ class Pool:
 
     def close(self) -> None:
         """Workers exit once their current job is done; jobs not started are dropped (an error or interrupt)."""
+        self._stop(cancel=True)
+
+    def _stop(self, cancel: bool) -> None:
         executor, self._executor = self._executor, None
         if executor is not None:
             # not killed: a worker stopped mid-job leaves the pool's semaphores to the resource
             # tracker, which then warns on stderr under the "interrupted" line; a job takes < 1 s
-            executor.shutdown(wait=True, cancel_futures=True)
+            executor.shutdown(wait=True, cancel_futures=cancel)
             del executor  # its queues, and with them the semaphores the tracker watches
             global _running
             with _running_lock:

@@ -280,6 +280,9 @@ class EdgeStore:
             # (Django + sympy + sqlalchemy in one run: their writing phases ~150 MB lower)
             self._reload()
 
+    def room(self) -> int | None:
+        return max(self._segment_points() - self._unindexed, 0)
+
     def _dimensions(self) -> int:
         return int((self._read_meta() or {})["dimensions"])
 

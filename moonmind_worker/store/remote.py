@@ -318,6 +318,10 @@ class QdrantClientStore:
             lambda: self._client.count(self.collection, count_filter=flt, exact=True).count, "Qdrant count"
         )
 
+    def room(self) -> int | None:
+        """A server builds its segments in its own process: a write here never does."""
+        return None
+
     def optimize(self) -> None:
         """A server optimizes in the background; nothing to do."""
 
