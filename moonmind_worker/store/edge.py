@@ -49,9 +49,11 @@ RELOAD_BEFORE_OPTIMIZE = 10_000
 #: optimizing a segment holds old and new copies of it at once, so its size sets the memory and
 #: time of every optimize. Uncapped (the engine's default is 256 MB per core), a large run's
 #: optimize grew with the run, and a later run that crossed the indexing threshold rebuilt the
-#: whole store. 32,000 keeps a Django-sized repository (~31k chunks) one segment, so its search
-#: and open stay those of one graph. Figures: BENCHMARKS.md ("capped segments").
-SEGMENT_KB = 32_000
+#: whole store. The cap also bounds what the segment being written holds in the writing process
+#: (its in-memory indexes and written pages), so with it the run's peak: 16,000 rather than one
+#: segment per Django-sized repository (~31k chunks), at ~20 ms more to open each further segment.
+#: Figures: BENCHMARKS.md ("capped segments", "flat in repository size").
+SEGMENT_KB = 16_000
 #: The engine's default, written out: a segment below it is searched whole and gets no HNSW graph.
 INDEXING_KB = 10_000
 
