@@ -319,7 +319,7 @@ class QdrantClientStore:
         )
 
     def room(self) -> int | None:
-        """A server builds its segments in its own process: a write here never does."""
+        """A server builds its segments in its own process, and local mode keeps no segments: a write here never builds one."""
         return None
 
     def optimize(self) -> None:
