@@ -33,7 +33,7 @@ GROUP_FILES = 48
 START_CHARS = 1_500_000
 
 
-#: Pools of this process whose worker processes are running (see `Pool.close`).
+#: Pools of this process whose worker processes are running (see `Pool._stop`: the last to stop ends the resource tracker).
 _running = 0
 _running_lock = threading.Lock()
 
