@@ -260,13 +260,77 @@ def test_data_survives_reopening(filled, tmp_path):
         again.close()
 
 
-def test_an_embedded_flush_acknowledges_an_empty_wal_entry_after_the_last_write(tmp_path):
-    """The entry every later open decodes again (the acknowledged one) is the empty delete, not the last batch.
+_ABRUPT_EXIT = """
+import os, sys, uuid
+from pathlib import Path
+import numpy as np
+from moonmind_worker.store import EdgeStore, Match, PointIn, SparseVec, Where
+from moonmind_worker.store import edge
+if __name__ == "__main__":
+    root, step = Path(sys.argv[1]), sys.argv[2]
+    edge.WAL_ON_CREATE = sys.argv[3] == "wal"
+    store = EdgeStore(root, "test_coll")
+    if step == "write":
+        store.create(4, "test-model", 1)
+        store.upsert([PointIn(id=str(uuid.UUID(int=n + 1)), dense=np.eye(4, dtype=np.float32)[n % 4], sparse=SparseVec([n + 1], [1.0]),
+                              payload={"repo": "a", "tenant": "t", "path": f"m{n}.py"}) for n in range(6)])
+    else:
+        store.delete_ids([str(uuid.UUID(int=1))])
+        store.delete(Where(must=(Match("path", "m1.py"),)))
+    os._exit(0)  # no close, no flush: what a crash or SIGKILL leaves
+"""
+
+
+@pytest.mark.parametrize("log", ["no_wal", "wal"])
+def test_an_embedded_write_that_returned_survives_its_process_exiting_abruptly(log, tmp_path):
+    """Writes (upsert, delete by id, delete by filter) then an exit with no flush and no close: the
+    next open has every one of them, on a store with a write-ahead log (created before WAL_ON_CREATE)
+    and on one without (each write is flushed before it returns)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "edge"
+    for step in ("write", "delete"):
+        out = subprocess.run([sys.executable, "-c", _ABRUPT_EXIT, str(root), step, log], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+    assert (root / "test_coll" / "shard" / "wal").is_dir() == (log == "wal")
+    store = EdgeStore(root, "test_coll")
+    try:
+        assert sorted(h.payload["path"] for h in store.scroll(None, ["path"])) == ["m2.py", "m3.py", "m4.py", "m5.py"]
+    finally:
+        store.close()
+
+
+def test_a_new_embedded_store_keeps_no_write_ahead_log(tmp_path):
+    """Every open of a log maps and checks its retained files (tens of MB resident in each process
+    holding the store, BENCHMARKS.md "no write-ahead log"): a new store has none, before and after a reopen."""
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        store.upsert(_points())
+    finally:
+        store.close()
+    again = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        assert again.count() == len(ROWS)
+        again.delete_ids([_id(0)])
+    finally:
+        again.close()
+    assert not (tmp_path / "edge" / "test_coll" / "shard" / "wal").exists()
+
+
+def test_an_embedded_flush_acknowledges_an_empty_wal_entry_after_the_last_write(tmp_path, monkeypatch):
+    """On a store with a write-ahead log (created before WAL_ON_CREATE), the entry every later open
+    decodes again (the acknowledged one) is the empty delete, not the last batch.
 
     Read from the engine's own record of the acknowledged index (`wal/first-index`): a flush after
     one upsert moves it by two (the upsert, then the empty entry); a flush with nothing written adds none.
     """
     import json
+
+    from moonmind_worker.store import edge
+
+    monkeypatch.setattr(edge, "WAL_ON_CREATE", True)
 
     def acknowledged() -> int:
         return json.loads((tmp_path / "edge" / "test_coll" / "shard" / "wal" / "first-index").read_text())["ack_index"]

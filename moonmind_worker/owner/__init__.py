@@ -1,6 +1,6 @@
 """One warm owner per box: the process holding the embedded store serves every other process.
 
-Qdrant Edge locks a shard's WAL, so exactly one process can open the embedded store.
+Qdrant Edge is a single-process engine, so exactly one process opens the embedded store.
 Whatever process holds it (a Celery worker, `moonmind gateway serve`, `moonmind serve`)
 also answers local clients on a Unix domain socket beside the store's lock file, and
 every other `moonmind` command on the box becomes a thin client of it:

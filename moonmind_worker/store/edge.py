@@ -57,6 +57,15 @@ SEGMENT_KB = 16_000
 #: The engine's default, written out: a segment below it is searched whole and gets no HNSW graph.
 INDEXING_KB = 10_000
 
+#: Whether a new shard logs its writes ahead (the engine's default; it fixes the choice at creation).
+#: Why not: every open, a one-shot search's too, maps and checks the log's retained files (a closed
+#: 32 MiB file and the open one), which then stay resident in every process holding the store, and
+#: they take a third of its disk on Django. What the log guaranteed, that a write which returned
+#: survives its process (a crash, SIGKILL), is kept by flushing before each write returns
+#: (`_durable`), which also makes it survive a power cut. Figures: BENCHMARKS.md ("no write-ahead
+#: log"). A store created with a log keeps it and works as before.
+WAL_ON_CREATE = False
+
 
 class EdgeStore:
     """The Qdrant engine in-process, persistent under MOONMIND_HOME; one owning process at a time."""
@@ -71,6 +80,7 @@ class EdgeStore:
         self._shard: Any = None  # a qdrant_edge.EdgeShard once opened
         self._lock_fd: int | None = None
         self._dirty = False  # a search-only session has nothing to flush (a flush costs fsyncs)
+        self._wal = True  # whether the open shard logs its writes ahead (see WAL_ON_CREATE)
         self._written = 0  # points upserted since the shard was loaded (see optimize)
         self._unindexed = 0  # points upserted since the last optimize (see upsert)
         # meta.json and the alias, remembered while this process owns the store: no other
@@ -175,6 +185,7 @@ class EdgeStore:
                     if self._read_meta() is None or not (self.data_dir / "shard").exists():
                         raise _missing(self.collection)
                     self._shard = EdgeShard.load(str(self.data_dir / "shard"))
+                    self._wal = _has_wal(self.data_dir / "shard")
         return self._shard
 
     # -- collection -------------------------------------------------------
@@ -221,6 +232,7 @@ class EdgeStore:
             sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf, memory=cached)},
             hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, memory=cached),  # the defaults, but memory
             optimizers=_optimizers(),
+            wal_enabled=None if WAL_ON_CREATE else False,
         )
         shard = EdgeShard.create(str(self.data_dir / "shard"), config)
         for name, kind in PAYLOAD_INDEXES:
@@ -232,6 +244,7 @@ class EdgeStore:
             shard.update(UpdateOperation.create_field_index(name, params))
         shard.flush()
         self._shard = shard
+        self._wal = WAL_ON_CREATE
         self._write_meta(
             {"dimensions": dimensions, "model": model, "schema_version": schema_version, "created_at": time.time()}
         )
@@ -273,6 +286,7 @@ class EdgeStore:
         self._invalidate([p.id for p in points])
         with self._engine:
             self._open().update(op)
+            self._durable()
         if self._unindexed >= self._segment_points():
             # Why here: every write lands in the one appendable segment, which only an optimize
             # closes (indexed) and replaces; so a run that writes more than a segment's worth
@@ -298,7 +312,8 @@ class EdgeStore:
         self._invalidate()  # deleted points are never returned again; a re-upsert drops its entry
         with self._engine:
             self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(where)))
-        self._dirty = True
+            self._dirty = True
+            self._durable()
 
     def delete_ids(self, ids: Sequence[str]) -> None:
         from qdrant_edge import UpdateOperation
@@ -307,7 +322,18 @@ class EdgeStore:
             self._invalidate(ids)
             with self._engine:
                 self._open().update(UpdateOperation.delete_points(list(ids)))
-            self._dirty = True
+                self._dirty = True
+                self._durable()
+
+    def _durable(self) -> None:
+        """A shard without a write-ahead log keeps a write only once flushed: flush before it returns.
+
+        So a write that returned survives the process (a crash, SIGKILL) on either kind of shard,
+        and an interrupted index run keeps every batch it wrote (the next run skips those files).
+        """
+        if not self._wal:
+            self._shard.flush()
+            self._dirty = False
 
     def search(self, specs: Sequence[SearchSpec], deadline: float | None = None) -> list[list[Hit]]:
         """In-process: a search cannot be interrupted, so a spent budget refuses to start one.
@@ -488,6 +514,7 @@ class EdgeStore:
             self._written = 0
             give_back_heap()  # what the closed shard freed, and the run before it, before the build needs more
             self._shard = EdgeShard.load(str(self.data_dir / "shard"), config)
+            self._wal = _has_wal(self.data_dir / "shard")
 
     # -- aliases (sync-embedding) -------------------------------------------
     def alias_target(self) -> str | None:
@@ -539,7 +566,7 @@ class EdgeStore:
             shutil.rmtree(self.dir.parent / name, ignore_errors=True)
 
     def flush(self) -> None:
-        """Make every write durable; the WAL then ends with an empty entry.
+        """Make every write durable; a shard with a write-ahead log (WAL_ON_CREATE) then ends it with an empty entry.
 
         Why the empty entry (an empty delete): the engine acknowledges the WAL up to its last
         entry on flush, and every later open decodes that acknowledged entry again before
@@ -551,7 +578,8 @@ class EdgeStore:
 
         with self._engine:
             if self._shard is not None and self._dirty:
-                self._shard.update(UpdateOperation.delete_points([]))
+                if self._wal:
+                    self._shard.update(UpdateOperation.delete_points([]))
                 self._shard.flush()
                 self._dirty = False
 
@@ -576,8 +604,10 @@ class EdgeStore:
 def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
     """A private copy of a held collection's data directory (`EdgeStore.hold`), searched in this process.
 
-    Why a copy: Qdrant Edge locks a shard's WAL and writes to it on load, so two processes
-    cannot open one shard. While the source is held no writer can change it, so every
+    Why a copy: Qdrant Edge is a single-process engine. A shard with a write-ahead log locks
+    it on load, so a second process cannot open it; one without opens twice, but nothing
+    then keeps one process's writes and segment swaps from happening under the other's
+    reads. While the source is held no writer can change it, so every
     copy answers exactly like the source. The copy lives under `root/<pid>` and is removed
     by `close()`; copies left by processes that died are removed here.
     """
@@ -593,6 +623,11 @@ def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
         # not the lock, nor the owner's socket (a copy is searched in this process only)
         shutil.copytree(source, mine / collection, ignore=shutil.ignore_patterns("owner.lock", "owner.sock", ".owner.sock.*"))
     return EdgeStore(mine, collection, scratch=mine)
+
+
+def _has_wal(shard: Path) -> bool:
+    """Whether the shard logs its writes ahead (see WAL_ON_CREATE: stores created before it do)."""
+    return (shard / "wal").is_dir()
 
 
 def _dense(dimensions: int):
