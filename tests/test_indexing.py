@@ -476,12 +476,14 @@ def test_the_workers_of_a_run_exit_while_a_write_builds_a_segment_and_start_agai
     import multiprocessing
 
     from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.indexing import indexer
     from moonmind_worker.indexing.indexer import index_repository
     from moonmind_worker.settings import Settings
     from moonmind_worker.store import EdgeStore, edge
 
     monkeypatch.setattr(edge, "SEGMENT_KB", 1024)  # 1,024 points of 256 dims (1 KB each) per segment
     monkeypatch.setattr(edge, "INDEXING_KB", 256)
+    monkeypatch.setattr(indexer, "WRITE_POINTS", 256)  # writes of a quarter of a segment (a sixteenth in earnest)
     builds: list[list[int]] = []  # the live worker processes at each optimize
     writers: set[int] = set()  # every worker process seen while the run wrote
     optimize, upsert = EdgeStore.optimize, EdgeStore.upsert

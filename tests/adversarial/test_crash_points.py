@@ -48,8 +48,8 @@ def _v2(root: Path) -> None:
     """Shrink some files (stale chunks to delete), grow others, delete some, add some."""
     for i in range(0, 12):
         (root / f"pkg/m{i}.py").write_text(_module(i, 3, "v2"))
-    for i in range(12, 24):  # enough new chunks for several write batches (256 chunks each)
-        (root / f"pkg/m{i}.py").write_text(_module(i, 30, "v2"))
+    for i in range(12, 24):  # enough new chunks for several writes (indexer.WRITE_POINTS each)
+        (root / f"pkg/m{i}.py").write_text(_module(i, 120, "v2"))
     for i in range(30, 36):
         (root / f"pkg/m{i}.py").unlink()
     for i in range(40, 44):
@@ -257,12 +257,15 @@ EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: -signal.SIGTERM, signal.SI
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_an_index_stopped_by_a_signal_mid_run_keeps_what_it_finished_and_the_next_run_resumes(sig, tmp_path):
     """Issue 20: a real `moonmind rag index` (worker processes and all) gets SIGINT, SIGTERM or SIGKILL
-    with several batches written and more in flight. Its workers die with it; the next run skips the
+    with a write stored and more in flight. Its workers die with it; the next run skips the
     files it finished by hash, writes the rest, says it resumed, never that the chunking changed,
     and leaves every file whole."""
+    from moonmind_worker.indexing.indexer import WRITE_POINTS
+
     root, home = tmp_path / "tree", tmp_path / "home"
     (root / "pkg").mkdir(parents=True)
-    for i in range(60):  # ~1,800 chunks of 200 characters: ~7 write batches
+    files = 150
+    for i in range(files):  # ~4,500 chunks of 200 characters: ~4 writes
         (root / f"pkg/m{i}.py").write_text(_module(i, 30, "v1"))
     env = _env(home, "edge", MOONMIND_INDEX_WORKERS="2", MOONMIND_PROGRESS_INTERVAL_S="0.02")
     args = ["rag", "index", str(root), "--repo", REPO, "--tenant", TENANT]
@@ -272,12 +275,12 @@ def test_an_index_stopped_by_a_signal_mid_run_keeps_what_it_finished_and_the_nex
         seen.append(text)
         workers |= _children(proc.pid)
         m = PROGRESS.match(text)
-        if m and int(m.group(3)) >= 800:  # written + waiting for a batch: at least two batches are in
+        if m and int(m.group(3)) >= WRITE_POINTS + 256:  # written + waiting for a batch: a write is in
             break
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert seen and PROGRESS.match(seen[-1]), f"the run ended before the signal: {''.join(seen)[-500:]}{err[-500:]}"
-    assert int(PROGRESS.match(seen[-1]).group(1)) < 60, "every file was read before the signal: not mid-run"
+    assert int(PROGRESS.match(seen[-1]).group(1)) < files, "every file was read before the signal: not mid-run"
     assert proc.returncode == EXIT_BY_SIGNAL[sig], (proc.returncode, err[-500:])
     if sig == signal.SIGINT:
         assert err.rstrip().endswith("interrupted") and "Traceback" not in err, err[-500:]
@@ -289,15 +292,15 @@ def test_an_index_stopped_by_a_signal_mid_run_keeps_what_it_finished_and_the_nex
 
     again = _run(_env(home, "edge"), *args)
     assert again.returncode == 0, again.stderr
-    counts = re.search(r": 60 files \((\d+) changed, (\d+) unchanged, 0 deleted\), (\d+) chunks written", again.stdout)
+    counts = re.search(rf": {files} files \((\d+) changed, (\d+) unchanged, 0 deleted\), (\d+) chunks written", again.stdout)
     assert counts, again.stdout
     resumed, kept, written = map(int, counts.groups())
-    assert kept >= 2 and resumed >= 1 and resumed + kept == 60, again.stdout  # finished files skipped by hash
+    assert kept >= 2 and resumed >= 1 and resumed + kept == files, again.stdout  # finished files skipped by hash
     assert "resumed a run that was cut short" in again.stdout
     assert "re-chunked" not in again.stdout and "chunking changed" not in again.stdout
-    files = _store_files(home, "edge")
-    assert _torn(files, root, [f"pkg/m{i}.py" for i in range(60)]) == []
-    assert 0 < written < sum(len(chunks) for chunks in files.values())  # only what was left is written again
+    stored = _store_files(home, "edge")
+    assert _torn(stored, root, [f"pkg/m{i}.py" for i in range(files)]) == []
+    assert 0 < written < sum(len(chunks) for chunks in stored.values())  # only what was left is written again
 
 
 def _workers_of(pid: int) -> list[int]:
@@ -313,13 +316,14 @@ def _workers_of(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.slow  # two index runs of ~1,800 chunks, one of them partly in a single process
+@pytest.mark.slow  # two index runs of ~4,500 chunks, one of them partly in a single process
 def test_a_worker_killed_mid_run_costs_nothing_but_time(tmp_path):
     """A worker that dies (the OOM killer, a stray kill) takes its jobs with it: the run does them in
     its own process and finishes, every file whole, with the same points as a run nobody disturbed."""
     root, home = tmp_path / "tree", tmp_path / "home"
     (root / "pkg").mkdir(parents=True)
-    for i in range(60):
+    files = 150  # a run long enough (~4,500 chunks) for the kill to land while the workers embed
+    for i in range(files):
         (root / f"pkg/m{i}.py").write_text(_module(i, 30, "v1"))
     env = _env(home, "edge", MOONMIND_INDEX_WORKERS="2", MOONMIND_PROGRESS_INTERVAL_S="0.02")
     args = ["rag", "index", str(root), "--repo", REPO, "--tenant", TENANT, "--json"]
@@ -336,9 +340,9 @@ def test_a_worker_killed_mid_run_costs_nothing_but_time(tmp_path):
     assert killed, "no worker was seen mid-run"
     assert proc.returncode == 0, err[-800:]
     report = json.loads(out)
-    assert report["files_indexed"] == 60 and report["resumed"] is False
-    files = _store_files(home, "edge")
-    assert _torn(files, root, [f"pkg/m{i}.py" for i in range(60)]) == []
+    assert report["files_indexed"] == files and report["resumed"] is False
+    stored = _store_files(home, "edge")
+    assert _torn(stored, root, [f"pkg/m{i}.py" for i in range(files)]) == []
     undisturbed = tmp_path / "home-2"
     r = _run(_env(undisturbed, "edge", MOONMIND_INDEX_WORKERS="0"), *args)
     assert r.returncode == 0 and json.loads(r.stdout)["chunks_written"] == report["chunks_written"]
