@@ -412,6 +412,50 @@ def test_closing_a_pool_of_workers_ends_the_resource_tracker_too(monkeypatch):
     assert resource_tracker._resource_tracker._pid is None
 
 
+def _die_while_sending_a_result(_model, parent: int, n: int) -> int:
+    """In a worker: write the start of a result message on the pool's result pipe, then die (what a
+    kill mid-send leaves). In the process that runs the job again: the answer."""
+    import gc
+    import struct
+    from multiprocessing.queues import SimpleQueue
+
+    if os.getpid() == parent:
+        return 2 * n
+    queue = next(o for o in gc.get_objects() if isinstance(o, SimpleQueue))
+    os.write(queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"the first bytes of a result")
+    os._exit(1)
+
+
+@pytest.mark.slow  # starts a worker process
+def test_a_worker_that_dies_while_sending_its_result_does_not_hang_the_run(monkeypatch):
+    """CPython's pool reads the rest of a message that will never come and never reports the death
+    (no BrokenProcessPool): the job waited for good. Now the wait sees the dead worker and the job
+    is done in this process."""
+    import threading
+
+    from moonmind_worker.embedding.static import StaticEmbedder
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.settings import Settings
+
+    monkeypatch.setattr(workers, "DEATH_CHECK_S", 0.2)
+    pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
+    pool.expect(10**9)  # start the worker with the first job
+    got: list[int] = []
+    try:
+        job = pool._submit(_die_while_sending_a_result, os.getpid(), 21)
+        assert pool.parallel
+        waiter = threading.Thread(target=lambda: got.append(pool.result(job)), daemon=True)
+        waiter.start()
+        waiter.join(timeout=60)
+        if waiter.is_alive():
+            workers._unstick(pool._executor)  # end the pool, so that this failure does not hang the suite
+            pytest.fail("the result of a job whose worker died mid-send was waited for without end")
+    finally:
+        pool.close()
+    assert got == [42]
+    assert not pool.parallel  # the rest of the run goes on in this process
+
+
 def test_a_chunking_job_a_dead_worker_took_is_done_here_once_for_every_file_of_it():
     """A chunking job carries several files and its result is asked once per file: after the worker
     died with it, every one of them must get its chunks (the second used to fail on a job already redone)."""

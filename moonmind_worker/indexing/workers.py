@@ -19,6 +19,7 @@ import signal
 import threading
 import weakref
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable
@@ -31,6 +32,8 @@ GROUP_FILES = 48
 #: In auto mode, processes start once this much changed text (characters) was seen: a run smaller
 #: than this finishes in about the time two workers take to start (imports, the model).
 START_CHARS = 1_500_000
+#: How often a wait for a job's result looks at whether a worker of its pool died (see `_unstick`).
+DEATH_CHECK_S = 1.0
 
 
 #: Pools of this process whose worker processes are running (see `Pool._stop`: the last to stop ends the resource tracker).
@@ -69,7 +72,8 @@ class Pool:
         self._start_at = 0 if setting else START_CHARS  # an explicit count starts at the first job
         self._seen = 0
         self._executor: ProcessPoolExecutor | None = None
-        self._jobs: dict[Future, tuple[Callable[..., Any], tuple]] = {}  # pool jobs: what to run here if a worker dies
+        # pool jobs: what to run here if a worker dies, and the pool they went to
+        self._jobs: dict[Future, tuple[Callable[..., Any], tuple, ProcessPoolExecutor]] = {}
         self._redone: weakref.WeakKeyDictionary[Future, Any] = weakref.WeakKeyDictionary()  # ... and what it gave
         self.group_chars, self.group_files = GROUP_CHARS, GROUP_FILES
         self.files_in_flight = max(self._workers, 1) * 2 * GROUP_FILES
@@ -88,7 +92,7 @@ class Pool:
             except BrokenProcessPool:
                 self._give_up()
             else:
-                self._jobs[job] = (fn, args)
+                self._jobs[job] = (fn, args, self._executor)
                 return job
         return done(fn(self._embedder, *args))
 
@@ -102,10 +106,17 @@ class Pool:
             return self._redone[job]
         call = self._jobs.pop(job, None)
         try:
-            return job.result()
+            while True:
+                try:
+                    return job.result(timeout=DEATH_CHECK_S)
+                except FuturesTimeout:
+                    if call is not None and _lost_a_worker(call[2]):
+                        _unstick(call[2])
+                        raise BrokenProcessPool("a worker died and its pool did not say so") from None
         except BrokenProcessPool:
-            self._give_up()
-            fn, args = call  # type: ignore[misc]
+            if call is not None and call[2] is self._executor:
+                self._give_up()
+            fn, args, _ = call  # type: ignore[misc]
             value = self._redone[job] = fn(self._embedder, *args)
             return value
 
@@ -183,6 +194,28 @@ class Pool:
                 _running -= 1
                 if not _running:  # another run's pool in this process (a threaded host) still needs it
                     _stop_resource_tracker()
+
+
+def _lost_a_worker(executor: ProcessPoolExecutor) -> bool:
+    processes = getattr(executor, "_processes", None) or {}  # private: the pool's worker processes
+    return any(not p.is_alive() for p in list(processes.values()))
+
+
+def _unstick(executor: ProcessPoolExecutor) -> None:
+    """End a pool whose worker died while sending a result (CPython's pool then waits for good).
+
+    Why: the pool's reader thread, half way through the dead worker's message, blocks reading
+    the rest, so the pool never sees the death (no BrokenProcessPool) and its jobs never end; an
+    index run then hung for good (a worker killed mid-run, about 1 run in 30). Its other workers
+    are stopped, and this process's copy of the result pipe's write end is closed: with no
+    writer left the read ends, and the pool's thread exits as for any broken pool.
+    """
+    for p in list((getattr(executor, "_processes", None) or {}).values()):
+        p.kill()
+    queue = getattr(executor, "_result_queue", None)  # private: the pipe its workers send results on
+    writer = getattr(queue, "_writer", None)
+    if writer is not None:
+        writer.close()
 
 
 def _stop_resource_tracker() -> None:
