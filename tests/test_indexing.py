@@ -553,6 +553,49 @@ def test_the_workers_of_a_run_exit_while_a_write_builds_a_segment_and_start_agai
     assert len(writers) >= 2  # the one worker of this run was started again after a build
 
 
+@pytest.mark.slow  # starts worker processes
+def test_a_tree_of_large_files_holds_a_bounded_amount_of_their_text_in_flight(tmp_path, monkeypatch):
+    """Issue 20, "stream, don't accumulate": files read ahead of the chunking are bounded by their text,
+    not only by their number (192 files of ~1 MB pages held ~200 MB in the indexing process)."""
+    from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.indexing.indexer import index_repository
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.store import EdgeStore
+
+    size, count = 400_000, 40  # 16 MB of text in 40 files: all of them fit the count bound (192 files)
+    root = tmp_path / "tree"
+    (root / "docs").mkdir(parents=True)
+    for i in range(count):
+        para = f"Paragraph about topic {i} and the handling of requests in module {i}.\n\n"
+        (root / f"docs/page_{i:02d}.md").write_text((para * (size // len(para) + 1))[:size])
+    sent: list[int] = []  # characters handed to chunking jobs, running total, at each job
+    taken: list[int] = [0]  # files handed on, as the run reports them
+    chunk = workers.Pool.chunk
+
+    def counting_chunk(self, group, *args):
+        sent.append((sent[-1] if sent else 0) + sum(len(text) for _, text in group))
+        in_flight = sent[-1] - taken[0] * size
+        # the bound, plus the group being sent, plus the file the run reports as done only once it is handed on
+        bound = self.chars_in_flight + self.group_chars + 2 * size
+        assert in_flight <= bound, f"{in_flight} characters read ahead of the chunking (bound {bound})"
+        return chunk(self, group, *args)
+
+    monkeypatch.setattr(workers.Pool, "chunk", counting_chunk)
+    # large chunks: few per file, so the embedding's own backpressure (a few batches in flight) lets
+    # the reading run ahead, and only the bound on text holds it
+    settings = Settings(_env_file=None, moonmind_home=tmp_path / "home", qdrant_url=None, collection="moonmind__repo",
+                        index_workers=2, chunk_chars=8000)
+    store = EdgeStore(settings.data_dir, settings.collection)
+    try:
+        run = index_repository(root, repo="docs", tenant="acme", settings=settings, embedder=StaticEmbedder(), store=store,
+                               progress=lambda done, files, chunks: taken.__setitem__(0, done))
+        assert run.files_indexed == count and run.chunks_written == store.count() > 0
+    finally:
+        store.close()
+    assert len(sent) >= count // 2 and sent[-1] == size * count
+
+
 @pytest.mark.slow  # starts a worker process
 def test_a_run_whose_new_files_are_large_starts_its_workers_before_this_process_loads_the_model(tmp_path, monkeypatch):
     """A cold index of a big tree chunks and embeds in the workers from its first file: the indexing

@@ -228,8 +228,10 @@ def index_repository(
     batch_chunks = max(settings.embedding_batch_size * 4, 256)
     pool = workers.Pool(embedder, settings)
     pool.expect(sum(_size(path) for rel, path in files if rel not in stored))  # new files: a cold run's whole tree
-    # files in order, waiting for their chunks: [rel, hash, what was stored, slot in its job, chunking job, skip reason]
+    # files in order, waiting for their chunks:
+    # [rel, hash, what was stored, slot in its job, chunking job, skip reason, characters]
     line: deque[list] = deque()
+    line_chars = 0  # their text, in characters: what the line holds (texts in jobs, then their chunks)
     group: list[tuple[str, str]] = []  # changed files not yet handed to a chunking job: (rel, text)
     unsent: list[list] = []  # their places in `line`
     group_chars = 0
@@ -285,9 +287,12 @@ def index_repository(
 
     def take(block: bool) -> None:
         """Hand the chunks of files at the head of the line on to batches, in file order."""
-        nonlocal pending_chunks, taken
-        while line and line[0][4] is not None and (block or line[0][4].done() or len(line) > pool.files_in_flight):
-            rel, fhash, old, slot, job, reason = line.popleft()
+        nonlocal pending_chunks, taken, line_chars
+        while line and line[0][4] is not None and (
+            block or line[0][4].done() or len(line) > pool.files_in_flight or line_chars > pool.chars_in_flight
+        ):
+            rel, fhash, old, slot, job, reason, chars = line.popleft()
+            line_chars -= chars
             taken += 1
             if progress:  # files before this one are done; 100% is reported once the last write is in
                 progress(taken - 1, len(files), summary.chunks_written + len(held) + pending_chunks)
@@ -310,7 +315,7 @@ def index_repository(
         for rel, path in files:
             text, reason = read_text(path, settings.max_file_bytes)
             if text is None:
-                line.append([rel, "", None, 0, _NOTHING, reason or "unreadable"])
+                line.append([rel, "", None, 0, _NOTHING, reason or "unreadable", 0])
                 continue
             fhash = content_hash(text)
             old = stored.pop(rel, None)
@@ -319,8 +324,9 @@ def index_repository(
                     summary.files_unchanged += 1
                     continue
                 summary.rechunked = True
-            entry = [rel, fhash, old, 0, None, None]
+            entry = [rel, fhash, old, 0, None, None, len(text)]
             line.append(entry)
+            line_chars += len(text)
             unsent.append(entry)
             group.append((rel, text))
             group_chars += len(text)

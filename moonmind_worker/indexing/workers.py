@@ -60,7 +60,8 @@ class Pool:
     """Chunking and point-building jobs, in worker processes or (see module doc) in this process.
 
     Jobs return futures; the caller keeps them in order and bounds how many are in flight
-    (`files_in_flight`, `batches_in_flight`), so memory stays flat however large the repository.
+    (`files_in_flight` and `chars_in_flight`, `batches_in_flight`), so memory stays flat however
+    large the repository and its files.
     """
 
     def __init__(self, embedder: Any, settings: Any) -> None:
@@ -77,6 +78,8 @@ class Pool:
         self._redone: weakref.WeakKeyDictionary[Future, Any] = weakref.WeakKeyDictionary()  # ... and what it gave
         self.group_chars, self.group_files = GROUP_CHARS, GROUP_FILES
         self.files_in_flight = max(self._workers, 1) * 2 * GROUP_FILES
+        # and their text: a count of files alone let a tree of ~1 MB pages hold ~200 MB of them
+        self.chars_in_flight = max(self._workers, 1) * 4 * GROUP_CHARS
         self.batches_in_flight = max(self._workers, 1) + 1
 
     @property
