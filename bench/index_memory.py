@@ -5,8 +5,9 @@ Django 5.1.4 source, `bench.owner.django_source`) into a scratch MOONMIND_HOME w
 samples the process tree every 50 ms exactly as `bench.measure.run_tree_measured` does (RSS summed
 over every process: the suite's figure), and at each new peak reads every process's
 /proc/PID/smaps_rollup (RSS, PSS, anonymous and file-backed) and the writing process's mappings by
-size. It prints the peak, that breakdown, and the summed RSS once a second (where the peak falls: the
-index phase with its workers, or the `optimize` at the end).
+size. It prints the peak, that breakdown, the peak of the summed anonymous memory (sampled alike),
+and the summed RSS once a second (where the peak falls: the index phase with its workers, or the
+`optimize` at the end).
 
 PSS divides each shared page among the processes mapping it (the interpreter, the libraries the
 spawned workers share with each other), so the PSS column is what the run costs the machine;
@@ -90,9 +91,11 @@ def main() -> None:
             p = subprocess.Popen([MOONMIND, "rag", "index", str(source), "--repo", "bench", "--json"], env=env,
                                  stdout=out, stderr=subprocess.DEVNULL)
             peak, at, procs, maps, seconds = 0, 0.0, {}, [], []
+            anon_peak = 0  # summed anonymous memory (what the kernel cannot take back without swap)
             while p.poll() is None:
                 tree = _tree(p.pid)
                 total = sum(_rss_kb(q) for q in tree)
+                anon_peak = max(anon_peak, sum(rollup(q).get("Anonymous", 0) for q in tree))
                 t = time.perf_counter() - started
                 if len(seconds) <= int(t):
                     seconds.append(total)
@@ -107,7 +110,8 @@ def main() -> None:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     print(f"run {wall:.1f} s; summed RSS peak {peak / 1024:.0f} MiB at {at:.1f} s "
-          f"(summed PSS then {sum(r.get('Pss', 0) for _, r in procs.values()) / 1024:.0f} MiB)")
+          f"(summed PSS then {sum(r.get('Pss', 0) for _, r in procs.values()) / 1024:.0f} MiB); "
+          f"summed anonymous peak {anon_peak / 1024:.0f} MiB")
     print("| process | RSS | PSS | anonymous | file-backed |\n|---|---|---|---|---|")
     for name, r in sorted(procs.values(), key=lambda v: -v[1].get("Rss", 0)):
         rss, anon = r.get("Rss", 0), r.get("Anonymous", 0)
