@@ -336,7 +336,11 @@ def test_a_worker_killed_mid_run_costs_nothing_but_time(tmp_path):
             killed = workers[0]
             os.kill(killed, signal.SIGKILL)
             break
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # a hung run (see workers._unstick) fails the test, and is not left running
+        raise
     assert killed, "no worker was seen mid-run"
     assert proc.returncode == 0, err[-800:]
     report = json.loads(out)
