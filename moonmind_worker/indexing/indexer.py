@@ -249,7 +249,7 @@ def index_repository(
                 entry[3], entry[4] = slot, job
             group, unsent, group_chars = [], [], 0
 
-    held: list = []  # embedded points not yet stored (fewer than WRITE_POINTS), in order
+    held: list[PointIn] = []  # embedded points not yet stored (fewer than WRITE_POINTS), in order
     held_stale: list[str] = []  # the ids their files had before
 
     def write(block: bool) -> None:
