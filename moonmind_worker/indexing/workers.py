@@ -199,9 +199,12 @@ class Pool:
                     _stop_resource_tracker()
 
 
+def _processes(executor: ProcessPoolExecutor) -> list:
+    return list((getattr(executor, "_processes", None) or {}).values())  # private: the pool's worker processes
+
+
 def _lost_a_worker(executor: ProcessPoolExecutor) -> bool:
-    processes = getattr(executor, "_processes", None) or {}  # private: the pool's worker processes
-    return any(not p.is_alive() for p in list(processes.values()))
+    return any(not p.is_alive() for p in _processes(executor))
 
 
 def _unstick(executor: ProcessPoolExecutor) -> None:
@@ -213,7 +216,7 @@ def _unstick(executor: ProcessPoolExecutor) -> None:
     are stopped, and this process's copy of the result pipe's write end is closed: with no
     writer left the read ends, and the pool's thread exits as for any broken pool.
     """
-    for p in list((getattr(executor, "_processes", None) or {}).values()):
+    for p in _processes(executor):
         p.kill()
     queue = getattr(executor, "_result_queue", None)  # private: the pipe its workers send results on
     writer = getattr(queue, "_writer", None)

@@ -177,15 +177,12 @@ class EdgeStore:
 
     def _open(self):
         if self._shard is None:
-            from qdrant_edge import EdgeShard
-
             with self._engine:
                 if self._shard is None:
                     self._acquire()
                     if self._read_meta() is None or not (self.data_dir / "shard").exists():
                         raise _missing(self.collection)
-                    self._shard = EdgeShard.load(str(self.data_dir / "shard"))
-                    self._wal = _has_wal(self.data_dir / "shard")
+                    self._load()
         return self._shard
 
     # -- collection -------------------------------------------------------
@@ -499,7 +496,7 @@ class EdgeStore:
 
     def _reload(self) -> None:
         """Close the shard and load it again from disk: what it held in memory for this process's writes is gone."""
-        from qdrant_edge import EdgeConfig, EdgeShard
+        from qdrant_edge import EdgeConfig
 
         from ..heap import give_back_heap
 
@@ -513,8 +510,15 @@ class EdgeStore:
             self._shard = None
             self._written = 0
             give_back_heap()  # what the closed shard freed, and the run before it, before the build needs more
-            self._shard = EdgeShard.load(str(self.data_dir / "shard"), config)
-            self._wal = _has_wal(self.data_dir / "shard")
+            self._load(config)
+
+    def _load(self, config: Any = None) -> None:
+        """Load the shard from disk, noting whether it logs its writes ahead (see WAL_ON_CREATE)."""
+        from qdrant_edge import EdgeShard
+
+        shard = self.data_dir / "shard"
+        self._shard = EdgeShard.load(str(shard), config)
+        self._wal = (shard / "wal").is_dir()
 
     # -- aliases (sync-embedding) -------------------------------------------
     def alias_target(self) -> str | None:
@@ -623,11 +627,6 @@ def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
         # not the lock, nor the owner's socket (a copy is searched in this process only)
         shutil.copytree(source, mine / collection, ignore=shutil.ignore_patterns("owner.lock", "owner.sock", ".owner.sock.*"))
     return EdgeStore(mine, collection, scratch=mine)
-
-
-def _has_wal(shard: Path) -> bool:
-    """Whether the shard logs its writes ahead (see WAL_ON_CREATE: stores created before it do)."""
-    return (shard / "wal").is_dir()
 
 
 def _dense(dimensions: int):
