@@ -467,6 +467,9 @@ class IndexReport(Contract):
     #: the repo's previous run stopped before it finished (Ctrl-C, a kill, a crash): the files it
     #: wrote whole were skipped by hash (`files_unchanged`), the rest written now
     resumed: bool = False
+    #: an index worker process died (the kernel's OOM killer picks them first) and its jobs, and
+    #: the rest of the run, were done in the indexing process: the same points, more slowly
+    worker_died: bool = False
     line: str  # the one-line human summary
 
 

@@ -456,6 +456,26 @@ def test_a_worker_that_dies_while_sending_its_result_does_not_hang_the_run(monke
     assert not pool.parallel  # the rest of the run goes on in this process
 
 
+@pytest.mark.slow  # starts a worker process
+def test_the_kernels_oom_killer_takes_an_index_worker_before_the_indexing_process():
+    """Out of memory, the kernel kills the process with the highest score: a worker, whose jobs this
+    process can redo, rather than the indexing process, the largest, whose death ends the run."""
+    from moonmind_worker.embedding.static import StaticEmbedder
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.settings import Settings
+
+    pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
+    try:
+        pool.result(pool.chunk([("m.py", "def f(x):\n    return x\n")], 200, 0))
+        (worker,) = list(pool._executor._processes)  # type: ignore[union-attr]
+        score = {pid: int(Path(f"/proc/{pid}/oom_score").read_text()) for pid in (worker, os.getpid())}
+        adj = {pid: int(Path(f"/proc/{pid}/oom_score_adj").read_text()) for pid in (worker, os.getpid())}
+    finally:
+        pool.close()
+    assert adj[worker] == 1000 and adj[os.getpid()] < 1000
+    assert score[worker] > score[os.getpid()]
+
+
 def test_a_chunking_job_a_dead_worker_took_is_done_here_once_for_every_file_of_it():
     """A chunking job carries several files and its result is asked once per file: after the worker
     died with it, every one of them must get its chunks (the second used to fail on a job already redone)."""

@@ -48,6 +48,7 @@ class IndexSummary:
     seconds: float = 0.0
     rechunked: bool = False
     resumed: bool = False
+    worker_died: bool = False
 
     def report(self):
         """The wire form (contracts.IndexReport) every entry point prints from."""
@@ -65,6 +66,8 @@ class IndexSummary:
             f"{self.chunks_written} chunks written ({rate:.0f}/s), {len(self.skipped)} skipped, {self.seconds:.2f}s"
             + ("; every file re-chunked (chunking changed since the last run)" if self.rechunked else "")
             + ("; resumed a run that was cut short (the files it finished were kept)" if self.resumed else "")
+            + ("; an index worker died (out of memory, or killed) and the run went on in this process"
+               if self.worker_died else "")
         )
 
 
@@ -343,6 +346,7 @@ def index_repository(
         write(block=True)
     finally:
         pool.close()
+        summary.worker_died = pool.lost_a_worker
     if progress:
         progress(len(files), len(files), summary.chunks_written)
     # files that are gone (or now ignored/skipped) lose their chunks

@@ -81,6 +81,7 @@ class Pool:
         # and their text: a count of files alone let a tree of ~1 MB pages hold ~200 MB of them
         self.chars_in_flight = max(self._workers, 1) * 4 * GROUP_CHARS
         self.batches_in_flight = max(self._workers, 1) + 1
+        self.lost_a_worker = False  # a worker died and the run went on in this process (see `_give_up`)
 
     @property
     def parallel(self) -> bool:
@@ -135,6 +136,7 @@ class Pool:
         """A worker died (killed, out of memory, or a script that re-runs itself in every new process
         because its entry point lacks `if __name__ == "__main__":`): the run goes on in this process."""
         executor, self._executor, self._workers = self._executor, None, 0
+        self.lost_a_worker = True
         if executor is not None:  # not counted off `_running`: a broken pool's semaphores keep their tracker
             executor.shutdown(wait=False, cancel_futures=True)
 
@@ -250,6 +252,7 @@ def _init(model_dir: str, name: str, parent: int) -> None:
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
+    _first_for_the_oom_killer()
     # Why one tokenizer thread: the workers already fill every core, so its thread pool only competes
     # with them, and each pool thread keeps its own malloc arena (memory); the ids are the same.
     # OpenBLAS keeps its threads: the vectors' last bits depend on how it splits the product.
@@ -272,6 +275,23 @@ def _die_with_parent(parent: int) -> None:
         pass
     if os.getppid() != parent:  # it died before the line above
         os._exit(1)
+
+
+def _first_for_the_oom_killer() -> None:
+    """Linux: when memory runs out, the kernel kills this process before the indexing process.
+
+    Why: a worker is the one process of a run whose loss costs only time (its jobs are done in the
+    indexing process, `Pool.result`), while the kernel otherwise picks the largest, the indexing
+    process, and the run dies. So a run in a container too small for its workers (~290 MiB for two,
+    against ~200 for the indexing process alone) finishes, slower, instead of being killed, and a
+    Celery worker beside it is not the kernel's choice either. Raising one's own score needs no
+    privilege.
+    """
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
 
 
 def _chunk_group(embedder: Any, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int) -> list:

@@ -347,6 +347,65 @@ def test_a_worker_killed_mid_run_costs_nothing_but_time(tmp_path):
     assert report["files_indexed"] == files and report["resumed"] is False
     stored = _store_files(home, "edge")
     assert _torn(stored, root, [f"pkg/m{i}.py" for i in range(files)]) == []
+    assert report["worker_died"] is True  # said, not hidden
     undisturbed = tmp_path / "home-2"
     r = _run(_env(undisturbed, "edge", MOONMIND_INDEX_WORKERS="0"), *args)
     assert r.returncode == 0 and json.loads(r.stdout)["chunks_written"] == report["chunks_written"]
+    assert json.loads(r.stdout)["worker_died"] is False
+
+
+def _varied_tree(root: Path, files: int, functions: int) -> None:
+    """Functions of ~1,000 characters that do not repeat (one chunk each), reproducibly."""
+    import random
+
+    rng = random.Random(1)
+    words = [f"{a}_{b}" for a in ("load", "parse", "emit", "fold", "scan", "merge", "split", "route", "cache", "index")
+             for b in ("row", "key", "node", "page", "span", "blob", "tree", "slot")]
+    (root / "pkg").mkdir(parents=True)
+    for i in range(files):
+        text = ""
+        for j in range(functions):
+            body = "".join(f"    {rng.choice(words)}_{k} = {rng.choice(words)}(x, {rng.randint(0, 999)}, '{rng.choice(words)}')\n"
+                           for k in range(22))
+            text += f'def f{i}_{j}(x):\n    """Function {j} of module {i}: {" ".join(rng.sample(words, 8))}."""\n{body}    return x\n\n\n'
+        (root / f"pkg/m{i}.py").write_text(text)
+
+
+@pytest.mark.slow  # three index runs of 6,000 chunks
+def test_a_cold_index_in_a_memory_limit_too_small_for_its_workers_finishes_in_its_own_process(tmp_path):
+    """A container that cannot hold the run's workers: the kernel's OOM killer takes a worker, not the
+    indexing process (which, the largest, it otherwise picks: the run died), and the run finishes
+    with every chunk and says so. This tree peaks at ~215 MiB with two workers and ~125 MiB
+    without (the group's charge, page cache included); the limit sits between."""
+    from bench.index_limit import MemoryGroup
+
+    root = tmp_path / "tree"
+    _varied_tree(root, files=200, functions=30)
+    args = ["rag", "index", str(root), "--repo", REPO, "--tenant", TENANT]  # the line a user reads
+
+    def env(home: Path, workers: str) -> dict[str, str]:
+        e = _env(home, "edge", MOONMIND_INDEX_WORKERS=workers)
+        e.pop("MOONMIND_CHUNK_CHARS")  # the default chunk size: the figures above are its
+        return e
+
+    try:
+        group = MemoryGroup(limit_mib=170)
+    except OSError as e:
+        pytest.skip(f"no memory cgroup can be made here (root, or a delegated cgroup, needed): {e}")
+    try:
+        limited = subprocess.run(group.join_argv([MOONMIND, *args]), env=env(tmp_path / "home", "2"),
+                                 capture_output=True, text=True, timeout=180)
+        oom_kills = group.oom_kills()
+    finally:
+        group.remove()
+    assert oom_kills >= 1, "the limit was never reached: the test no longer tests a limit"
+    assert limited.returncode == 0, (limited.returncode, limited.stderr[-800:])
+    assert "an index worker died (out of memory, or killed) and the run went on in this process" in limited.stdout
+    assert _torn(_store_files(tmp_path / "home", "edge"), root, [f"pkg/m{i}.py" for i in range(200)]) == []
+    free = _run(env(tmp_path / "home-2", "0"), *args)
+    assert free.returncode == 0 and "an index worker died" not in free.stdout
+
+    def written(out: str) -> str:
+        return re.search(r"(\d+) chunks written", out).group(1)  # type: ignore[union-attr]
+
+    assert written(limited.stdout) == written(free.stdout)
