@@ -66,7 +66,7 @@ def test_generated_requests_never_500_and_always_answer_per_schema(gateway):
     )
     statuses: dict[int, int] = {}
     session = requests.Session()
-    started = time.monotonic()
+    started = [time.monotonic()]  # reset when the fuzz is run again
 
     def send(case, token: str | None, scope: set) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -93,14 +93,33 @@ def test_generated_requests_never_500_and_always_answer_per_schema(gateway):
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
     @given(case=cases)
     def fuzz(case):
-        if sum(statuses.values()) >= MIN_REQUESTS or time.monotonic() - started > TIME_CAP_S:
+        if sum(statuses.values()) >= MIN_REQUESTS or time.monotonic() - started[0] > TIME_CAP_S:
             return
         for token, scope in tokens.values():
             send(case, token, scope)
 
-    fuzz()
+    for attempt in (1, 2):
+        started[0] = time.monotonic()
+        try:
+            fuzz()
+            break
+        except BaseException as e:  # noqa: BLE001 - only CPython's own AST race is retried, once
+            if attempt == 2 or not _cpython_ast_race(e):
+                raise
     session.close()
     total = sum(statuses.values())
     assert total >= MIN_REQUESTS, f"only {total} requests in {TIME_CAP_S:.0f} s (machine overloaded?): {statuses}"
     assert statuses.get(200, 0) > 100 and statuses.get(400, 0) > 50 and statuses.get(401, 0) > 400, statuses
-    print(f"\nschemathesis: {total} requests in {time.monotonic() - started:.1f} s: {dict(sorted(statuses.items()))}")
+    print(f"\nschemathesis: {total} requests in {time.monotonic() - started[0]:.1f} s: {dict(sorted(statuses.items()))}")
+
+
+def _cpython_ast_race(error: BaseException) -> bool:
+    """CPython 3.11.7 counts AST recursion in state shared by every thread (gh-106905, fixed in 3.11.8):
+    Hypothesis' `ast.parse` of a lambda's source, run while another thread of the suite's process
+    compiles, fails with this SystemError (seen in full runs of the suite, never with this test alone). It says
+    nothing about the gateway, so the fuzz is run again; any other failure stands."""
+    if isinstance(error, SystemError) and "AST constructor recursion depth mismatch" in str(error):
+        return True
+    nested = list(getattr(error, "exceptions", ())) + [error.__cause__, error.__context__]
+    return any(e is not None and e is not error and _cpython_ast_race(e) for e in nested)
+
