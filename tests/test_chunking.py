@@ -255,6 +255,25 @@ RST = (
 )
 
 
+MDX = (
+    "---\ntitle: Setting up ROS 2\nsidebar_position: 2\n---\n\nimport Tabs from '@theme/Tabs';\n\n"
+    "# Installing ROS 2\n\n" + "ROS 2 is the robot operating system.\n" * 12 + "\n"
+    "## Prerequisites\n\n" + "Ubuntu 22.04 with a UTF-8 locale.\n" * 12 + "\n```bash\n# not a heading\nsudo apt install locales\n```\n\n"
+    "## Install the packages\n\n<Tabs>\n" + "Run apt install ros-humble-desktop.\n" * 12 + "</Tabs>\n"
+)
+
+
+def test_an_mdx_page_is_cut_at_its_headings_like_markdown():
+    """A Docusaurus-style book's pages: frontmatter, imports and JSX around markdown sections."""
+    chunks = chunk_text(MDX, "docs/ros2/setup.mdx", max_chars=500)
+    assert [c.section_title for c in chunks] == [c.section_title for c in chunk_text(MDX, "docs/ros2/setup.md", max_chars=500)]
+    titles = [c.section_title for c in chunks]
+    assert "Installing ROS 2 > Prerequisites" in titles and "Installing ROS 2 > Install the packages" in titles
+    assert next(c for c in chunks if c.section_title.endswith("Prerequisites")).text.startswith("## Prerequisites")
+    assert not any("not a heading" in t for t in titles)  # a comment in a code block stays a comment
+    _assert_exact(MDX, chunks)
+
+
 def test_rst_sections_are_chunks_titled_with_their_heading_path():
     chunks = chunk_text(RST, "docs/guide.rst", max_chars=700)
     titles = [c.section_title for c in chunks]

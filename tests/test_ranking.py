@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from moonmind_worker.retrieval.ranking import Candidate, defines_in_text, is_symbol_query, path_match, score
+from moonmind_worker.retrieval.ranking import (
+    Candidate,
+    defines_in_text,
+    is_code,
+    is_prose,
+    is_symbol_query,
+    path_match,
+    score,
+)
 
 
 def cand(path: str, text: str, cosine: float, bm25: float, offset: int = 0, title: str = "") -> Candidate:
@@ -144,6 +152,10 @@ def test_a_module_global_assignment_is_its_definition():
         cand("app/extensions.py", "db = SQLAlchemy()", 0.45, 5.0),
     ])
     assert ranked[0].payload["path"] == "app/extensions.py"
+
+
+def test_book_pages_in_mdx_are_prose():
+    assert is_prose("docs/module-1/ros2-setup.mdx") and not is_code("docs/module-1/ros2-setup.mdx")
 
 
 def test_source_in_a_language_without_a_grammar_is_code_not_prose():

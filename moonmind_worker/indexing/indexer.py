@@ -78,7 +78,8 @@ class IndexSummary:
 #:    C/C++ files with a local parse error (namespace macros) cut by their syntax tree; the static
 #:    embedder splits camelCase identifiers before its tokenizer.
 #: 4: BM25 stemming joins a word's plural to it (routes/route, values/value): the sparse vectors change.
-CHUNK_RECIPE_VERSION = 4
+#: 5: MDX pages (`.mdx`: Docusaurus and similar books) cut at their headings like markdown, not as plain text.
+CHUNK_RECIPE_VERSION = 5
 
 
 #: Points per store write. Why not one embedding batch (256): each write is durable as it returns,

@@ -107,7 +107,7 @@ _ASKS_FOR_DOCS = re.compile(
     r"|readme|why|getting started|changelog|changes?|release\w*|version\w*|deprecat\w*)\b",
     re.IGNORECASE,
 )
-_PROSE_SUFFIXES = frozenset({".md", ".markdown", ".rst", ".txt", ".adoc", ".asciidoc", ".rdoc", ".org", ".textile"})
+_PROSE_SUFFIXES = frozenset({".md", ".mdx", ".markdown", ".rst", ".txt", ".adoc", ".asciidoc", ".rdoc", ".org", ".textile"})
 _DATA_SUFFIXES = frozenset({".json", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".lock", ".csv", ".xml", ".svg",
                             ".html", ".css", ".map", ""})
 _CHANGELOG_NAME = re.compile(r"^(?:change(?:s|log)|history|news|release[-_ ]?notes)\b", re.IGNORECASE)

@@ -23,7 +23,7 @@ LANGUAGES: dict[str, str] = {
     ".cjs": "javascript", ".ts": "typescript", ".tsx": "typescript", ".go": "go", ".rs": "rust",
     ".java": "java", ".kt": "kotlin", ".scala": "scala", ".rb": "ruby", ".php": "php", ".c": "c",
     ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".cs": "csharp", ".swift": "swift",
-    ".sh": "shell", ".bash": "shell", ".md": "markdown", ".markdown": "markdown", ".rst": "rst",
+    ".sh": "shell", ".bash": "shell", ".md": "markdown", ".mdx": "markdown", ".markdown": "markdown", ".rst": "rst",
     ".txt": "text", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json", ".sql": "sql",
     ".html": "html", ".css": "css", ".proto": "proto", ".ini": "ini", ".cfg": "ini",
 }
