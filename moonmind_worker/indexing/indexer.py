@@ -66,7 +66,7 @@ class IndexSummary:
             f"{self.chunks_written} chunks written ({rate:.0f}/s), {len(self.skipped)} skipped, {self.seconds:.2f}s"
             + ("; every file re-chunked (chunking changed since the last run)" if self.rechunked else "")
             + ("; resumed a run that was cut short (the files it finished were kept)" if self.resumed else "")
-            + ("; an index worker died (out of memory, or killed) and the run went on in this process"
+            + ("; an index worker died (out of memory, killed, or could not start) and the run went on in this process"
                if self.worker_died else "")
         )
 

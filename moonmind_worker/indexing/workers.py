@@ -282,10 +282,9 @@ def _first_for_the_oom_killer() -> None:
 
     Why: a worker is the one process of a run whose loss costs only time (its jobs are done in the
     indexing process, `Pool.result`), while the kernel otherwise picks the largest, the indexing
-    process, and the run dies. So a run in a container too small for its workers (~290 MiB for two,
-    against ~200 for the indexing process alone) finishes, slower, instead of being killed, and a
-    Celery worker beside it is not the kernel's choice either. Raising one's own score needs no
-    privilege.
+    process, and the run dies. So a run in a container too small for its workers finishes, slower,
+    instead of being killed, and a Celery worker beside it is not the kernel's choice either.
+    Raising one's own score needs no privilege. Figures: BENCHMARKS.md ("the memory a run needs").
     """
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
