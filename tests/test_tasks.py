@@ -116,6 +116,37 @@ def test_prefork_with_many_processes_on_the_embedded_store_is_refused_at_start(e
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.slow  # a real prefork worker, and an index run that starts worker processes from it
+def test_an_index_task_on_a_plain_prefork_worker_runs_its_index_workers(env, tmp_path):
+    """`celery -A tasks worker` runs tasks in its prefork pool's process, which is daemonic, and
+    multiprocessing refuses children to a daemonic process: every index task large enough to start
+    its index workers failed there (AssertionError), though the same run worked from the CLI."""
+    import json
+
+    from celery_helpers import start_worker_process, stop, wait_for_consumer
+    from conftest import MOONMIND
+
+    sq, iq = unique_queues()
+    e = queue_env(env, sq, iq)
+    e.update(MOONMIND_INDEX_WORKERS="2", MOONMIND_OWNER="off")  # workers from the first file on
+    files = {f"pkg/m{i}.py": "".join(f"def f{i}_{j}(x):\n    return x + {j}\n\n\n" for j in range(40)) for i in range(30)}
+    tree = write_tree(tmp_path / "tree", files)
+    proc = start_worker_process(e, [sq, iq], tmp_path / "worker.log", "--pool", "prefork")  # the default pool
+    try:
+        wait_for_consumer(iq, proc=proc)
+        r = subprocess.run([MOONMIND, "rag", "index", str(tree), "--repo", "pre", "--execution", "queue", "--json",
+                            "--timeout", "120"], env=e, capture_output=True, text=True, timeout=180)
+    finally:
+        stop(proc)
+        purge(sq, iq)
+    log = (tmp_path / "worker.log").read_text()
+    assert "concurrency: 1 (prefork)" in log, log[-2000:]
+    assert r.returncode == 0, (r.stderr, log[-3000:])
+    report = json.loads(r.stdout)
+    assert report["files_indexed"] == 30 and report["chunks_written"] > 0
+    assert report["worker_died"] is False  # the index workers ran: none was lost and none failed to start
+
+
 def test_many_processes_are_allowed_on_a_qdrant_server(env, monkeypatch):
     from moonmind_worker.settings import get_settings
     from tasks.celeryapp import embedded_store_refusal

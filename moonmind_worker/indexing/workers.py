@@ -18,9 +18,11 @@ import os
 import signal
 import threading
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -92,7 +94,8 @@ class Pool:
             self._start()
         if self._executor is not None:
             try:
-                job = self._executor.submit(fn, None, *args)
+                with _may_start_processes():  # a submit may start a worker
+                    job = self._executor.submit(fn, None, *args)
             except BrokenProcessPool:
                 self._give_up()
             else:
@@ -199,6 +202,33 @@ class Pool:
                 _running -= 1
                 if not _running:  # another run's pool in this process (a threaded host) still needs it
                     _stop_resource_tracker()
+
+
+@contextmanager
+def _may_start_processes() -> Iterator[None]:
+    """Let a daemonic process, a Celery prefork pool's, start the workers.
+
+    Why: multiprocessing refuses children to a daemonic process (AssertionError), because such a
+    process is ended without waiting for its children, which would outlive it. Ours die with the
+    process that started them, however it ends (`_die_with_parent`), so the refusal guards nothing
+    here, and it failed every index task large enough to start workers on a plain
+    `celery -A tasks worker` (whose pool processes are daemonic).
+    """
+    import multiprocessing
+    from multiprocessing.process import AuthenticationString  # type: ignore[attr-defined]
+
+    config = getattr(multiprocessing.current_process(), "_config", {})  # private: the process's flags and key
+    saved = {k: config[k] for k in ("daemon", "authkey") if k in config}
+    if saved.get("daemon"):
+        config["daemon"] = False
+    if "authkey" in saved and not isinstance(saved["authkey"], AuthenticationString):
+        # billiard's (Celery's) process object holds its key as its own type, which the standard
+        # library's spawn cannot pickle to hand to the new process: the same bytes, as its type
+        config["authkey"] = AuthenticationString(bytes(saved["authkey"]))
+    try:
+        yield
+    finally:
+        config.update(saved)
 
 
 def _processes(executor: ProcessPoolExecutor) -> list:
