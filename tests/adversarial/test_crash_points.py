@@ -371,7 +371,7 @@ def _varied_tree(root: Path, files: int, functions: int) -> None:
         (root / f"pkg/m{i}.py").write_text(text)
 
 
-@pytest.mark.slow  # three index runs of 6,000 chunks
+@pytest.mark.slow  # two index runs of 6,000 chunks, one in a memory cgroup
 def test_a_cold_index_in_a_memory_limit_too_small_for_its_workers_finishes_in_its_own_process(tmp_path):
     """A container that cannot hold the run's workers: the kernel's OOM killer takes a worker, not the
     indexing process (which, the largest, it otherwise picks: the run died), and the run finishes
