@@ -606,3 +606,42 @@ def test_both_stores_implement_every_operation_the_store_protocol_declares():
             assert list(inspect.signature(impl).parameters)[: len(want)] == want, f"{cls.__name__}.{name}"
     assert callable(EdgeStore.hold) and isinstance(inspect.getattr_static(EdgeStore, "holding"), property)
     assert {"hold", "holding"} <= set(vars(EmbeddedStore))
+
+
+@pytest.mark.slow
+def test_an_owners_searches_never_race_its_writers_reload_of_the_shard(tmp_path):
+    """Reported: `info()` used the shard outside the engine lock and failed "Shard is not initialized"
+    when the writer's thread reloaded it (one in ~1,500 searches end to end)."""
+    import sys
+    import threading
+
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    store.create(DIMS, "test-model", 1)
+    store.upsert(_points())
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not done.is_set():
+                assert store.info().points == len(ROWS)
+                assert _ns(store.search([_dense(limit=2)])[0]) == [0, 1]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches between any two bytecodes: the race shows in a few reloads
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(100):
+            store._reload()
+            store.optimize()
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+        sys.setswitchinterval(interval)
+        store.close()
+    assert [repr(e) for e in errors] == []

@@ -95,6 +95,8 @@ class EdgeStore:
         # search on another thread of the owner would otherwise still be reading; the binding
         # holds the GIL during a call anyway, so this costs no parallelism
         self._engine = threading.RLock()
+        self._optimizing = 0  # optimize() calls running outside the engine lock
+        self._optimized = threading.Condition(self._engine)
 
     # -- ownership --------------------------------------------------------
     def _acquire(self, wait_s: float | None = None) -> None:
@@ -195,9 +197,13 @@ class EdgeStore:
             dimensions=int(meta["dimensions"]),
             model=meta.get("model"),
             schema_version=meta.get("schema_version"),
-            points=self._open().info().points_count,
+            points=self._points(),
             extra=meta,
         )
+
+    def _points(self) -> int:
+        with self._engine:  # a reload on the writer's thread closes the shard object this call would use
+            return self._open().info().points_count
 
     def create(self, dimensions: int, model: str, schema_version: int) -> None:
         from qdrant_edge import (
@@ -490,9 +496,23 @@ class EdgeStore:
             # the build adds ~300 MB on top; loading it again from disk first (~0.3 s) cuts the peak
             self._reload()
         self._unindexed = 0
-        # not under the engine lock: it takes seconds on a large shard and searches may run beside it
-        if self._open().optimize():  # False (and ~0.1 ms) when already optimal
-            self._dirty = True
+        with self._engine:
+            shard = self._open()
+            self._optimizing += 1
+        try:
+            # outside the engine lock, so searches run beside a build that takes seconds; the shard
+            # cannot be closed under it: every close waits for `_optimizing` (see _shard_idle)
+            if shard.optimize():  # False (and ~0.1 ms) when already optimal
+                self._dirty = True
+        finally:
+            with self._engine:
+                self._optimizing -= 1
+                self._optimized.notify_all()
+
+    def _shard_idle(self) -> None:
+        """Wait (holding the engine lock) until no optimize uses the open shard: it is about to be closed."""
+        while self._optimizing:
+            self._optimized.wait()
 
     def _reload(self) -> None:
         """Close the shard and load it again from disk: what it held in memory for this process's writes is gone."""
@@ -505,6 +525,7 @@ class EdgeStore:
         # shard's other settings stay its own
         config = EdgeConfig(vectors={DENSE: _dense(self._dimensions())}, optimizers=_optimizers())
         with self._engine:  # one hold: a search on another thread never opens the shard in between
+            self._shard_idle()
             self._shard.flush()
             self._shard.close()
             self._shard = None
@@ -549,6 +570,7 @@ class EdgeStore:
         """Point this name at `target` with one atomic rename of meta.json; the old physical name, or None."""
         self._acquire(wait_s)
         with self._engine:
+            self._shard_idle()
             if self._shard is not None:
                 self._shard.flush()
                 self._shard.close()
@@ -589,6 +611,7 @@ class EdgeStore:
 
     def close(self) -> None:
         with self._engine:
+            self._shard_idle()
             if self._shard is not None:
                 self.flush()
                 self._shard.close()
