@@ -49,6 +49,22 @@ def existing_store(settings: Settings, collection: str | None = None) -> Store |
         return _stores.get(_store_key(settings, collection))
 
 
+def let_go_unless_serving() -> None:
+    """After an operation ran in this process without an owner: a process that lives on and does not
+    serve the store (a Celery worker beside another owner, the MCP server) lets go of it, so no
+    process ever holds the box's store without serving it. A one-shot command keeps it till it ends."""
+    import sys
+
+    from . import process
+
+    if process.one_shot:
+        return
+    server = sys.modules.get("moonmind_worker.owner.server")
+    if server is not None and server.current_server() is not None:
+        return
+    close_all(keep_embedders=True)
+
+
 def close_all(flush_only: bool = False, keep_embedders: bool = False) -> None:
     """Release stores (the embedded store's lock in particular).
 

@@ -17,6 +17,8 @@ naming the variable, the value (never a secret's) and the rule.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from .errors import MoonmindError, redact
 
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
-    from typing import Any, Callable, ClassVar, Literal
+    from typing import Any, Callable, ClassVar, Iterator, Literal
 
     EmbeddingProvider = Literal["static", "openai", "google", "ollama"]
 
@@ -223,10 +225,14 @@ class Settings:
     moonmind_home: Path = setting("MOONMIND_HOME", default="~/.moonmind", parse=path)
     collection: str = setting("MOONMIND_COLLECTION", "QDRANT_COLLECTION", default="moonmind__repo", parse=text())
     store_wait_s: float = setting("MOONMIND_STORE_WAIT_S", default=3.0, parse=number(ge=0, le=600))
-    #: use: commands use the box's live owner of the embedded store; auto: also start one in the
-    #: background when none is alive; off: always run in this process (owner/client.py)
-    owner_mode: Literal["use", "auto", "off"] = setting("MOONMIND_OWNER", default="use", parse=choice("use", "auto", "off"))
+    #: auto: commands use the box's live owner of the embedded store, and start one in the background
+    #: when none is alive; use: only an owner that is already alive; off: always run in this process
+    #: (owner/client.py; docs/operations.md says when to choose which)
+    owner_mode: Literal["use", "auto", "off"] = setting("MOONMIND_OWNER", default="auto", parse=choice("use", "auto", "off"))
     owner_idle_s: float = setting("MOONMIND_OWNER_IDLE_S", default=600.0, parse=number(gt=0))
+    #: an auto-started owner that grew past this (after an index of a large tree) exits when idle;
+    #: the next command starts a fresh one
+    owner_max_rss_mb: float = setting("MOONMIND_OWNER_MAX_RSS_MB", default=1024.0, parse=number(gt=0))
 
     # --- embedding -------------------------------------------------------
     embedding_provider: EmbeddingProvider = setting(
@@ -296,8 +302,8 @@ class Settings:
     artifacts_dir: Path | None = setting("MOONMIND_ARTIFACTS_DIR", parse=path, blank_is_unset=True)
     artifacts_retention_days: float = setting("MOONMIND_ARTIFACTS_RETENTION_DAYS", default=30.0, parse=number(ge=0))
 
-    def __init__(self, _env_file: str | Path | None = ".env", **values: Any) -> None:
-        env = _environment(_env_file)
+    def __init__(self, _env_file: str | Path | None = ".env", _environ: bool = True, **values: Any) -> None:
+        env = _environment(_env_file) if _environ else {}
         fields_set: set[str] = set()
         problems: list[tuple[Field, str, Any, str]] = []
         for name, field in self.model_fields.items():
@@ -338,6 +344,31 @@ class Settings:
         if problems:
             raise invalid_settings(problems)
         return new
+
+    def wire(self) -> dict[str, Any]:
+        """The settings this process was given (not the defaults) as JSON, for a request to the box's owner.
+
+        Why: an owner runs a client's operation as the client would have run it one-shot (its
+        chunking, thresholds, artifacts directory, job scope); relative paths are made absolute
+        because the owner's working directory is not the client's.
+        """
+        out: dict[str, Any] = {}
+        for name in sorted(self._fields_set):
+            value = getattr(self, name)
+            if isinstance(value, Secret):
+                value = value.get_secret_value()
+            elif isinstance(value, Path):
+                value = str(value.absolute())
+            out[name] = value
+        return out
+
+    @classmethod
+    def from_wire(cls, values: Any) -> Settings:
+        """Settings made of `wire()`'s values alone: neither this process's environment nor its `.env` is read."""
+        if not isinstance(values, dict) or not all(isinstance(k, str) and k in cls.model_fields for k in values):
+            raise MoonmindError("invalid_argument", "The owner received settings it does not understand.",
+                                "Use the same moonmind-worker version for the CLI and the owner.")
+        return cls(_env_file=None, _environ=False, **values)
 
     def __repr__(self) -> str:
         return "Settings(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.model_fields) + ")"
@@ -457,6 +488,27 @@ def invalid_settings(problems: list[tuple[Field, str, Any, str]]) -> MoonmindErr
 
 
 @lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """The process-wide settings, read once."""
+def _process_settings() -> Settings:
     return Settings()
+
+
+#: The settings of the request this thread serves for a client (the owner's `serving`), if any.
+_request_settings: ContextVar[Settings | None] = ContextVar("moonmind_request_settings", default=None)
+
+
+def get_settings() -> Settings:
+    """The settings in force: the client's while an owner serves its request, else this process's, read once."""
+    return _request_settings.get() or _process_settings()
+
+
+get_settings.cache_clear = _process_settings.cache_clear  # type: ignore[attr-defined]
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[Settings]:
+    """Run a client's request under its own settings: metrics, events and artifacts read them, not the owner's."""
+    token = _request_settings.set(settings)
+    try:
+        yield settings
+    finally:
+        _request_settings.reset(token)

@@ -29,8 +29,13 @@ _SCRUB = (
     "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "MOONMIND_EVENTS_URL", "MOONMIND_EVENTS_TIMEOUT_S",
     "MOONMIND_SEARCH_QUEUE", "MOONMIND_INDEX_QUEUE", "MOONMIND_QUEUE_TIMEOUT_S", "MOONMIND_JOB_TASKS",
     "MOONMIND_BROKER_VISIBILITY_TIMEOUT_S", "MOONMIND_OVERLAY_SWEEP_INTERVAL_S", "STATSD_HOST", "STATSD_PORT",
-    "MOONMIND_RAG_EXECUTION", "MOONMIND_ARTIFACTS_DIR",
+    "MOONMIND_RAG_EXECUTION", "MOONMIND_ARTIFACTS_DIR", "MOONMIND_OWNER_IDLE_S", "MOONMIND_OWNER_MAX_RSS_MB",
 )
+#: Tests use an owner a test started (a worker, a gateway, `moonmind serve`) but never start one
+#: by themselves, unless they say so (tests/test_owner_default.py): the default, a background owner
+#: per MOONMIND_HOME, would outlive the test and hold the store its in-process checks open.
+OWNER_USE = {"MOONMIND_OWNER": "use"}
+os.environ.update(OWNER_USE)  # every environment a test builds from this process's carries it
 
 FIXTURE_FILES = {
     "auth/tokens.py": '''
@@ -138,8 +143,10 @@ def env(home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     from moonmind_worker.settings import get_settings
 
     get_settings.cache_clear()
+    monkeypatch.setenv("MOONMIND_OWNER", "use")
     e = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     e["MOONMIND_HOME"] = str(home)
+    e.update(OWNER_USE)
     yield e
     get_settings.cache_clear()
     from moonmind_worker import runtime

@@ -28,7 +28,7 @@ def test_quick_benchmark_runs_every_stage_and_keeps_other_sections(tmp_path):
     assert "## Someone else's section\n\nkept as is" in text
     for figure in (
         "| index throughput |", "| no-change re-index |", "| search stage p50 (store request) |",
-        "| `rag search --execution sync` wall (embedded store) |", "| `rag search` served by the box's owner (`moonmind serve`) |",
+        "| `rag search --execution sync` wall (embedded store) |", "| `rag search` served by the box's owner (default settings) |",
         "| `rag search --execution queue` wall (warm worker) |",
         "| overlay upsert of one file |", "| TTL sweep of 1,000 expired overlay points |",
         "| peak memory, Celery worker (solo, warm) |", "| peak memory, CLI `rag search` sync |",

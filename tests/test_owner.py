@@ -484,19 +484,19 @@ def test_a_command_with_its_own_parser_only_parses_like_the_full_one():
 
 @pytest.mark.slow
 def test_sync_embedding_through_an_owner_switches_the_collection_it_keeps_serving(cli, prebuilt, env, home):
-    """The owner re-embeds with its own (new) model, keeps its hold through the sync, and serves the result."""
+    """The owner re-embeds with the client's (new) model, keeps its hold through the sync, and serves the result."""
     from http_servers import EmbeddingsServer
 
     server = EmbeddingsServer(repeat=2)
     hosted = {"MOONMIND_EMBEDDING_PROVIDER": "openai", "OPENAI_API_KEY": "sk-sync", "OPENAI_BASE_URL": server.base_url,
               "MOONMIND_EMBEDDING_MODEL": "local-embed-512"}
-    proc = start_owner({**env, **hosted}, home)
+    proc = start_owner(env, home)
     try:
-        assert cli("rag", "search", "--query", "bearer token").code == 3  # the owner's model drifted from the collection
-        r = cli("rag", "sync-embedding", "--collection", "moonmind__repo")
+        assert cli("rag", "search", "--query", "bearer token", extra_env=hosted).code == 3  # the client's model drifted
+        r = cli("rag", "sync-embedding", "--collection", "moonmind__repo", extra_env=hosted)
         assert r.code == 0, r.stderr
         assert r.stdout.startswith("synced moonmind__repo:") and "local-embed-512" in r.stdout
-        r = cli("rag", "search", "--query", "where are bearer tokens checked", "--json")
+        r = cli("rag", "search", "--query", "where are bearer tokens checked", "--json", extra_env=hosted)
         assert r.code == 0, r.stderr
         assert r.json()["items"][0]["source"] == "auth/tokens.py"
         assert r.json()["items"][0]["model_version"] == "local-embed-512"

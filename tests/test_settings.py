@@ -111,7 +111,7 @@ def test_secrets_never_show_in_repr_str_or_errors(in_dir):
 
 def test_model_copy_fields_set_and_the_field_table(in_dir):
     s = Settings(_env_file=None, MOONMIND_REPO="r")
-    assert s.model_fields_set == {"repo", "moonmind_home"}  # the keyword and the environment (MOONMIND_HOME), no default
+    assert s.model_fields_set == {"repo", "moonmind_home", "owner_mode"}  # keyword, environment; no default
     copy = s.model_copy(update={"tenant": "acme", "gateway_tokens_file": "~/t.json"})
     assert (copy.repo, copy.tenant, s.tenant) == ("r", "acme", None)
     assert copy.model_fields_set == s.model_fields_set | {"tenant", "gateway_tokens_file"}

@@ -6,6 +6,8 @@ filter could silently widen on one path; so every test here runs on both.
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 
 import numpy as np
@@ -645,3 +647,29 @@ def test_an_owners_searches_never_race_its_writers_reload_of_the_shard(tmp_path)
         sys.setswitchinterval(interval)
         store.close()
     assert [repr(e) for e in errors] == []
+
+
+@pytest.mark.slow
+def test_a_one_shot_command_queues_behind_another_one_shot_holder_past_the_owner_wait(cli, prebuilt, home):
+    """Parallel one-shot commands under load: the next one waits for the lock instead of failing with store_busy."""
+    import subprocess
+    import time
+
+    from conftest import MOONMIND
+
+    holder = EdgeStore(home / "qdrant-edge", "moonmind__repo")
+    assert holder.count() > 0  # a one-shot command's hold: no owner socket
+    env = {**os.environ, "MOONMIND_HOME": str(home), "MOONMIND_OWNER": "off"}
+    env.pop("MOONMIND_STORE_WAIT_S", None)
+    proc = subprocess.Popen([MOONMIND, "rag", "search", "bearer token", "--filters", "repo=demo", "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        past_owner_wait = time.monotonic() + 4.0  # beyond the 3 s a command waits for an owner
+        while time.monotonic() < past_owner_wait:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+    finally:
+        holder.close()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["items"]

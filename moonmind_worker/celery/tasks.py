@@ -69,10 +69,13 @@ def _execute(op: str, args: dict) -> Any:
     Why not always here: a worker started beside another owner (`moonmind serve`, the gateway)
     cannot open the embedded store; its tasks are then served by that owner instead of failing.
     """
+    from moonmind_worker.celery.worker import serve_the_box
     from moonmind_worker.owner.client import execute
     from moonmind_worker.settings import get_settings
 
-    return execute(get_settings(), op, args)
+    settings = get_settings()
+    serve_the_box(settings)  # the owner this worker used may have exited: own the store then
+    return execute(settings, op, args)
 
 
 def _retry_or_fail(task: Any, err: MoonmindError) -> NoReturn:

@@ -203,13 +203,36 @@ def _serve_the_box(settings: Settings) -> None:
     is the one that must serve the CLI a job runs beside it (a solo worker blocked in a job task
     still answers: the socket has its own thread).
     """
-    from moonmind_worker.errors import MoonmindError
-    from moonmind_worker.owner.server import serve_store
+    serve_the_box(settings)
 
+
+_not_serving: dict[str, str | None] = {"said": None}
+
+
+def serve_the_box(settings: Settings) -> bool:
+    """Own the store and serve it, taking it over from a `moonmind serve` / auto owner; False when another
+    worker or a gateway keeps it (this worker's tasks then run on that owner, through its socket).
+
+    Called at start and again before each task that needs the store while this process does not
+    serve it: when the owner it used exits, this worker becomes the owner (it never holds the
+    store without serving it).
+    """
+    from moonmind_worker.errors import MoonmindError
+    from moonmind_worker.owner.server import current_server, serve_store
+
+    if not settings.embedded_store:
+        return False
+    if current_server() is not None:
+        return True
     try:
         serve_store(settings, role="celery worker")  # the server logs where it listens, once
+        _not_serving["said"] = None
+        return True
     except MoonmindError as err:
-        log.warning("not serving the embedded store to this box: %s %s", err.message, err.action)
+        if _not_serving["said"] != err.message:  # once per reason, not once per task
+            _not_serving["said"] = err.message
+            log.warning("not serving the embedded store to this box: %s %s", err.message, err.action)
+        return False
 
 
 @signals.worker_process_init.connect

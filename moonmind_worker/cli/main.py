@@ -181,6 +181,9 @@ def run() -> None:
         import gc
 
         gc.disable()
+    from .. import process
+
+    process.one_shot = True
     rc = main(_ending=True)
     for stream in (sys.stdout, sys.stderr):
         try:

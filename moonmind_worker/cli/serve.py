@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -27,6 +28,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..settings import get_settings
 
     settings = get_settings()
+    if not logging.getLogger().handlers:  # the owner's log (owner.log for an auto owner) says when and why it stops
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if args.idle_exit is not None:  # each client's breadcrumbs are in its run's artifacts; not every pack here too
+            logging.getLogger("moonmind_worker.breadcrumbs").setLevel(logging.WARNING)
     if args.idle_exit is not None and args.idle_exit <= 0:
         raise MoonmindError("invalid_argument", f"--idle-exit {args.idle_exit:g} must be positive.", "Pass seconds, e.g. --idle-exit 600.")
     if not settings.embedded_store:
@@ -59,5 +64,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         server.stop()
         runtime.close_all()
-    sys.stderr.write("moonmind: stopped serving\n")
+    if server.handing_over:
+        sys.stderr.write(f"moonmind: handed the store over to PID {server.handed_to}, which serves this box now\n")
+    else:
+        sys.stderr.write("moonmind: stopped serving\n")
     return 0

@@ -46,6 +46,7 @@ from .auth import TokenRegistry, authorize
 if TYPE_CHECKING:
 
 
+    from ..owner.client import Owner
     from .balance import Balancer
 
 log = logging.getLogger("moonmind.gateway")
@@ -135,6 +136,9 @@ def create_app(
 
     def resources():
         return runtime.get_embedder(settings), store or runtime.get_store(settings)
+
+    # a worker's replica is this process's own; otherwise another process may own the embedded store
+    resources.box_owner = (lambda: None) if store is not None else (lambda: box_owner(settings))  # type: ignore[attr-defined]
 
     retrievals = anyio.CapacityLimiter(concurrency or default_concurrency(settings))
     on_loop = retrievals.total_tokens == 1 and settings.embedding_provider == "static" and settings.embedded_store
@@ -364,10 +368,52 @@ async def _read_json(request: Request) -> dict:
     return data
 
 
+def box_owner(settings: Settings) -> Owner | None:
+    """The box's owner of the embedded store when it is not this gateway (a Celery worker started first).
+
+    Then retrievals go through it, confined to the token's scope as here. When that owner has
+    gone, this gateway takes the store and serves the box itself (None: search here).
+    """
+    if not settings.embedded_store:
+        return None
+    from ..owner.client import connect
+    from ..owner.server import current_server, serve_store
+
+    if current_server() is not None:
+        return None
+    owner = connect(settings.data_dir, settings.collection)
+    if owner is not None:
+        return owner
+    try:
+        serve_store(settings, role="gateway")
+        return None
+    except MoonmindError:
+        return connect(settings.data_dir, settings.collection)
+
+
+def _through_owner(owner: Owner, settings: Settings, query: RetrievalQuery, scope) -> ContextPack:
+    """One retrieval run by the box's owner with this gateway's settings and the token's scope."""
+    args: dict[str, Any] = {"query": query.model_dump(mode="json"), "record": False, "transport": "gateway"}
+    if scope is not None:
+        args["scope"] = {"repos": list(scope.repos), "tenants": list(scope.tenants)}
+    budget = query.budgets.latency_ms if query.budgets else None
+    data = owner.call("search", args, settings=settings.wire(), timeout_s=None if budget is None else budget / 1000 + 1)
+    return ContextPack.model_validate(data)
+
+
 def _retrieve(settings: Settings, resources, query: RetrievalQuery, scope, started: float) -> ContextPack:
+    from ..owner.client import OwnerGone
     from ..retrieval.pipeline import retrieve_context_pack
 
     try:
+        for _ in range(2):  # an owner that goes away mid-request (it stopped) is replaced once
+            owner = resources.box_owner()
+            if owner is None:
+                break
+            try:
+                return _through_owner(owner, settings, query, scope)
+            except OwnerGone:
+                continue
         embedder, store = resources()
         # the calling worker caches the pack with its own run's artifacts (commands/rag.py); here it
         # would land on the gateway host, where no run's "Context used" is read
@@ -441,6 +487,16 @@ def _health(settings: Settings, resources) -> tuple[str | None, MoonmindError | 
     from ..store.guardrails import check_collection
 
     try:
+        owner = resources.box_owner()
+        if owner is not None:
+            failed = [c for c in owner.call("checks", {}, settings=settings.wire(), timeout_s=30.0)
+                      if c.get("required", True) and not c.get("ok")]
+            if not failed:
+                return None, None
+            code = failed[0].get("code") if failed[0].get("code") in CODES else "internal_error"
+            err = MoonmindError(code, failed[0]["detail"], failed[0].get("remedy", ""))
+            log.warning("health check failed on the box's owner: [%s] %s", err.code, err.message)
+            return CODES[err.code].health or "store_unavailable", err
         embedder, store = resources()
         check_collection(store, embedder)
         return None, None

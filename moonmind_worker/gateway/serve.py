@@ -106,8 +106,10 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
 
         held = cast("EmbeddedStore", runtime.get_store(settings))  # settings.embedded_store: an EdgeStore
         replicas = settings.moonmind_home / REPLICAS_DIR / settings.collection
-        spec |= {"source": str(held.hold()), "replicas": str(replicas)}  # store_busy here, before anything starts
+        # takes the store over from a `moonmind serve` / auto owner; beside a Celery worker it stays the
+        # worker's, and hold() below says so (store_busy) before anything starts: replicas need it frozen
         _serve_the_box(settings, "the gateway's workers search frozen copies of it")
+        spec |= {"source": str(held.hold()), "replicas": str(replicas)}
     scratch = Path(tempfile.mkdtemp(prefix="moonmind-gateway-"))
     try:
         spec["balance"] = str(balance.create_file(scratch / "connections", MAX_WORKERS))
@@ -163,7 +165,8 @@ def _serve_the_box(settings: Settings, read_only: str | None) -> None:
     try:
         serve_store(settings, role="gateway", read_only=read_only)
     except MoonmindError as err:
-        log.warning("not serving the embedded store to this box: %s %s", err.message, err.action)
+        log.warning("not serving the embedded store to this box: %s Retrievals go through its owner, with each "
+                    "token's scope.", err.message)
 
 
 def worker_app() -> FastAPI:

@@ -113,7 +113,7 @@ def _owner_checks(settings: Settings) -> list[Check] | None:
         return None
     pid, path = owner.pid, owner.path
     try:
-        rows = owner.call("checks", {}, timeout_s=60.0)
+        rows = owner.call("checks", {}, settings=settings.wire(), timeout_s=60.0)
     except OwnerGone:
         return None
     except MoonmindError as err:

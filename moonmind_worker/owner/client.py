@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ..errors import MoonmindError
-from . import protocol
+from . import protocol, trust
 
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
 if TYPE_CHECKING:
@@ -52,8 +52,12 @@ def scope_of(settings: Any) -> dict[str, Any]:
 
 def owner_pid(path: Path) -> str:
     """The PID recorded in the store's lock file beside the socket (for messages)."""
-    try:
-        return (path.parent / "owner.lock").read_text().strip() or "unknown"
+    try:  # never through a link planted at that name
+        fd = os.open(path.parent / "owner.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            return os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        finally:
+            os.close(fd)
     except OSError:
         return "unknown"
 
@@ -70,12 +74,17 @@ class Owner:
         return owner_pid(self.path)
 
     def call(
-        self, op: str, args: dict[str, Any], *, scope: dict[str, Any] | None = None,
+        self, op: str, args: dict[str, Any], *, scope: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
         progress: Progress | None = None, timeout_s: float | None = None,
     ) -> Any:
-        """Send one operation, read until its answer; the result, or the owner's error as a MoonmindError."""
+        """Send one operation, read until its answer; the result, or the owner's error as a MoonmindError.
+
+        `settings` (`Settings.wire()`): the owner runs the operation with the client's own settings.
+        """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         request = {"v": protocol.VERSION, "op": op, "args": args, "scope": scope or {}, "progress": progress is not None}
+        if settings is not None:
+            request["settings"] = settings
         try:
             self.sock.sendall(protocol.encode(request))
             reader = protocol.LineReader(self.sock)
@@ -139,12 +148,15 @@ def _error(message: dict[str, Any]) -> MoonmindError:
 def connect(data_dir: Path, collection: str, timeout_s: float = CONNECT_S) -> Owner | None:
     """A connection to the collection's live owner, or None when there is none (a stale socket is removed)."""
     path = protocol.socket_path(data_dir, collection)
-    try:
-        inode = path.stat().st_ino
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    try:  # an untrusted home or socket is refused before connecting (MoonmindError), a missing one means no owner
+        if not trust.check_private_dirs(*trust.store_dirs(data_dir, collection)):
+            return None
+        st = trust.check_own_entry(path)
     except OSError:
         return None
+    if st is None:
+        return None
+    inode = st.st_ino
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:
@@ -158,6 +170,11 @@ def connect(data_dir: Path, collection: str, timeout_s: float = CONNECT_S) -> Ow
         # an owner too busy to accept: one-shot waits for the lock, which is bounded too
         sock.close()
         return None
+    try:  # before any byte is sent: a socket another user listens on would read our requests
+        trust.check_peer(sock, path)
+    except BaseException:
+        sock.close()
+        raise
     return Owner(sock, path)
 
 
@@ -169,7 +186,7 @@ def _remove_stale(path: Path, inode: int) -> None:
     socket that a new owner renamed into place meanwhile.
     """
     try:
-        if path.stat().st_ino == inode:
+        if path.lstat().st_ino == inode:
             path.unlink()
     except OSError:
         pass
@@ -198,14 +215,29 @@ def serves_here(settings: Any) -> bool:
 
 
 def find(settings: Any, collection: str | None = None) -> Owner | None:
-    """The live owner this process should use for `collection`, or None (then run one-shot)."""
+    """The live owner this process should use for `collection`, or None (then run one-shot).
+
+    While another process takes the store over (`handover`), this waits for its socket rather
+    than start an owner of its own or run one-shot beside it.
+    """
     if not settings.embedded_store or settings.owner_mode == "off" or _holds_here(settings, collection):
         return None
     name = collection or settings.collection
     owner = connect(settings.data_dir, name)
+    if owner is None:
+        from . import handover
+
+        store_dir = protocol.socket_path(settings.data_dir, name).parent
+        if handover.pending(store_dir) is not None:
+            until = time.monotonic() + handover.HANDOVER_S
+            owner = handover.wait_while_pending(store_dir, until, lambda: connect(settings.data_dir, name))  # type: ignore[assignment]
     if owner is None and settings.owner_mode == "auto":
         owner = start_background_owner(settings, name)
     return owner
+
+
+#: How many owners one operation tries when each goes away before answering (a hand-over, a crash).
+ATTEMPTS = 3
 
 
 def execute(
@@ -214,20 +246,44 @@ def execute(
 ) -> Any:
     """Run `op` on the box's owner when one is alive, else in this process (`ops.run`).
 
-    The answer is the same JSON either way, so a command prints it the same way.
+    The answer is the same JSON either way, so a command prints it the same way. An owner that
+    goes away before answering (it handed the store over, or died) is replaced by the next one:
+    every operation is idempotent, so it is sent again.
     """
-    owner = find(settings, collection)
-    if owner is not None:
+    gone = None
+    for _ in range(ATTEMPTS):
+        owner = find(settings, collection)
+        if owner is None:
+            break
         pid = owner.pid
         try:
-            return owner.call(op, args, scope=scope_of(settings), progress=progress, timeout_s=timeout_s)
+            return owner.call(op, args, scope=scope_of(settings), settings=settings.wire(), progress=progress,
+                              timeout_s=timeout_s)
         except OwnerGone:
-            from ..cli.main import note
+            gone = pid
+    if gone is not None:
+        from ..cli.main import note
 
-            note(f"the store's owner (PID {pid}) went away during {op}; running it in this process instead")
+        note(f"the store's owner (PID {gone}) went away during {op}; running it in this process instead")
+    from .. import runtime
     from .ops import run
 
-    return run(op, args, settings, progress=progress)
+    try:
+        return run(op, args, settings, progress=progress)
+    finally:
+        runtime.let_go_unless_serving()
+
+
+#: The owner's log is started afresh past this size (the previous one kept as owner.log.1).
+LOG_MAX_BYTES = 1 << 20
+
+
+def _rotate(log: Path) -> None:
+    try:
+        if os.lstat(log).st_size > LOG_MAX_BYTES:
+            os.replace(log, log.with_name(log.name + ".1"))
+    except OSError:
+        pass
 
 
 def start_background_owner(settings: Any, collection: str) -> Owner | None:
@@ -238,14 +294,14 @@ def start_background_owner(settings: Any, collection: str) -> Owner | None:
     """
     import subprocess
 
-    log = Path(settings.moonmind_home) / "owner.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    log = Path(trust.ensure_private_dirs(settings.moonmind_home)) / "owner.log"
     cmd = [sys.executable, "-m", "moonmind_worker.cli.main", "serve", "--idle-exit", f"{settings.owner_idle_s:g}"]
     env = dict(os.environ, MOONMIND_COLLECTION=collection, MOONMIND_OWNER="off")
     cli = sys.modules.get("moonmind_worker.cli.main")
     if cli is not None and cli.BLAS_THREADS_SET:  # a one-shot search's setting, not one for a long-lived owner
         env.pop("OPENBLAS_NUM_THREADS", None)
-    with open(log, "ab") as out:
+    _rotate(log)
+    with os.fdopen(trust.open_private_file(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True, close_fds=True,
         )

@@ -33,14 +33,33 @@ def search(settings, args: dict[str, Any], progress: Progress = None) -> dict[st
     from ..contracts import json_dump, parse_query
     from ..retrieval.pipeline import retrieve_context_pack
 
-    query = parse_query(args["query"]).model_copy(update={"transport": "direct"})
+    transport = args.get("transport", "direct")
+    if transport not in ("direct", "gateway"):
+        raise MoonmindError("invalid_argument", f"Unknown transport {transport!r}.",
+                            "Use the same moonmind-worker version for the CLI and the owner.")
+    query = parse_query(args["query"]).model_copy(update={"transport": transport})
+    scope = _scope(args.get("scope"))
     embedder, store = _resources(settings)
     if args.get("record", True):
-        pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
+        pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope)
     else:
-        with observe.no_artifacts():  # evaluation queries are not context an agent used
-            pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store)
+        with observe.no_artifacts():  # evaluation queries (and a gateway's) are not context this box's agent used
+            pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope)
     return json_dump(pack)
+
+
+def _scope(raw: Any):
+    """A gateway token's allow-list sent with a search it forwards (it only narrows what is searched)."""
+    if raw is None:
+        return None
+    from ..store.scopes import Scope
+
+    if not isinstance(raw, dict) or not all(
+        isinstance(raw.get(k), list) and all(isinstance(v, str) for v in raw[k]) for k in ("repos", "tenants")
+    ):
+        raise MoonmindError("invalid_argument", "The owner received a scope it does not understand.",
+                            "Use the same moonmind-worker version for the gateway and the owner.")
+    return Scope(repos=tuple(raw["repos"]), tenants=tuple(raw["tenants"]))
 
 
 def index(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
@@ -73,8 +74,18 @@ class LineReader:
         self._buf = b""
         self._limit = limit
 
-    def read(self) -> dict[str, Any]:
+    def read(self, deadline: float | None = None) -> dict[str, Any]:
+        """The next message; with `deadline` (a `time.monotonic()` instant), TimeoutError once it passes first.
+
+        Why a deadline and not only a socket timeout: a timeout bounds each recv, so a peer that
+        trickles a byte at a time would otherwise never run out of time.
+        """
         while b"\n" not in self._buf:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("no whole message before the deadline")
+                self._sock.settimeout(left)
             chunk = self._sock.recv(1 << 16)
             if not chunk:
                 raise EOFError("the peer closed the connection")

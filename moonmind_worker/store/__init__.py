@@ -27,7 +27,7 @@ from .base import (
     Store,
     Where,
 )
-from .edge import EdgeStore, open_replica
+from .edge import ONE_SHOT_QUEUE_S, EdgeStore, open_replica
 from .remote import QdrantClientStore
 
 __all__ = [
@@ -42,7 +42,10 @@ def open_store(settings: Settings, collection: str | None = None) -> Store:
     name = collection or settings.collection
     store: Store
     if settings.embedded_store:
-        store = EdgeStore(settings.data_dir, name, wait_s=settings.store_wait_s)
+        # one-shot commands queue behind each other longer than behind an owner, unless told how long
+        explicit = "store_wait_s" in settings.model_fields_set
+        queue_s = settings.store_wait_s if explicit else max(settings.store_wait_s, ONE_SHOT_QUEUE_S)
+        store = EdgeStore(settings.data_dir, name, wait_s=settings.store_wait_s, queue_s=queue_s)
     else:
         store = QdrantClientStore(settings, name)
     if os.environ.get("MOONMIND_FAULT") or os.environ.get("MOONMIND_FAULT_TRACE"):  # the adversarial suite only

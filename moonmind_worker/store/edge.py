@@ -65,16 +65,21 @@ INDEXING_KB = 10_000
 #: (`_durable`), which also makes it survive a power cut. Figures: BENCHMARKS.md ("no write-ahead
 #: log"). A store created with a log keeps it and works as before.
 WAL_ON_CREATE = False
+#: How long a command queues behind one-shot commands holding the store (they hold it for a moment each).
+ONE_SHOT_QUEUE_S = 60.0
 
 
 class EdgeStore:
     """The Qdrant engine in-process, persistent under MOONMIND_HOME; one owning process at a time."""
 
-    def __init__(self, root: Path, collection: str, wait_s: float = 0.0, scratch: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, collection: str, wait_s: float = 0.0, scratch: Path | None = None, queue_s: float = 0.0,
+    ) -> None:
         import qdrant_edge  # noqa: F401 - fail here, not mid-query, when the engine is missing
 
         self.collection = collection
         self.wait_s = wait_s  # how long to wait for another process's hold to end (see _acquire)
+        self.queue_s = queue_s  # how long, when that process serves no socket (a one-shot command)
         self.dir = Path(root) / collection
         self._scratch = scratch  # a replica's private directory, removed by close() (open_replica)
         self._shard: Any = None  # a qdrant_edge.EdgeShard once opened
@@ -104,19 +109,25 @@ class EdgeStore:
 
         if self._lock_fd is not None:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / "owner.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        # Why wait: an agent's parallel `rag search` calls each hold the store for a fraction of
-        # a second, so the second simply queues behind the first. A worker or gateway holds it
-        # for good, and then the wait ends in the clear error below.
+        from ..owner import trust
+
+        # a link planted at owner.lock would make ftruncate below empty the file it points at
+        trust.ensure_private_dirs(*trust.store_dirs(self.dir.parent, self.collection))
+        fd = trust.open_private_file(self.dir / "owner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        # Why wait: an agent's parallel one-shot `rag search` calls each hold the store for a fraction
+        # of a second, so the next simply queues behind them (up to ONE_SHOT_QUEUE_S while the holder
+        # serves no socket: it is such a command). An owner holds it for good: then the wait ends
+        # after `wait_s` in the clear error below.
         wait_s = self.wait_s if wait_s is None else wait_s
-        deadline = time.monotonic() + wait_s
+        started = time.monotonic()
+        deadline = started + wait_s
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError:
-                if time.monotonic() < deadline:
+                now = time.monotonic()
+                if now < deadline or (now - started < self.queue_s and not (self.dir / "owner.sock").exists()):
                     time.sleep(0.02)
                     continue
                 pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
@@ -133,13 +144,14 @@ class EdgeStore:
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
 
-    def hold(self) -> Path:
+    def hold(self, wait_s: float | None = None) -> Path:
         """Own the store for good without loading it (other processes wait, then get store_busy); its data directory.
 
         What an owner does (`owner.server.serve_store`), and `gateway serve --workers N` while its
-        workers search replicas of that directory. `release()` then keeps the hold.
+        workers search replicas of that directory. `release()` then keeps the hold. `wait_s`: how
+        long to wait for another process to let go (default MOONMIND_STORE_WAIT_S).
         """
-        self._acquire()
+        self._acquire(wait_s)
         self._pinned = True
         return self.data_dir
 
@@ -556,7 +568,7 @@ class EdgeStore:
 
     def sibling(self, name: str) -> "EdgeStore":
         """Another collection beside this one (a sync target): its own directory and lock."""
-        return EdgeStore(self.dir.parent, name, wait_s=self.wait_s)
+        return EdgeStore(self.dir.parent, name, wait_s=self.wait_s, queue_s=self.queue_s)
 
     def release(self) -> None:
         """Let other processes use the store (searches keep working while a sync embeds).
@@ -640,12 +652,15 @@ def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
     """
     import shutil
 
-    root.mkdir(parents=True, exist_ok=True)
+    from ..owner import trust
+
+    trust.ensure_private_dirs(root)
     for old in root.iterdir():
         if old.name.isdigit() and not _pid_alive(int(old.name)):
             shutil.rmtree(old, ignore_errors=True)
     mine = root / str(os.getpid())
     shutil.rmtree(mine, ignore_errors=True)
+    mine.mkdir(mode=0o700)
     if (source / "meta.json").exists():  # a missing collection stays missing: health says so
         # not the lock, nor the owner's socket (a copy is searched in this process only)
         shutil.copytree(source, mine / collection, ignore=shutil.ignore_patterns("owner.lock", "owner.sock", ".owner.sock.*"))
