@@ -133,7 +133,6 @@ def _forget_queues(broker: str, *queues: str) -> None:
         return
     import redis
 
-    from moonmind_worker.transports.queue_client import queue_keys
 
     try:
         r = redis.Redis.from_url(broker)
@@ -144,3 +143,10 @@ def _forget_queues(broker: str, *queues: str) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def queue_keys(queue: str) -> tuple[str, ...]:
+    """Every Redis key a bench queue leaves: its messages, worker heartbeats and kombu's bindings."""
+    from moonmind_worker.transports.queue_client import CONSUMERS_KEY
+
+    return (queue, CONSUMERS_KEY.format(queue=queue), f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")

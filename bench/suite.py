@@ -434,7 +434,7 @@ class Suite:
         finally:
             stop_group(worker, 20)
             try:
-                from moonmind_worker.transports.queue_client import queue_keys
+                from .queue_search import queue_keys
 
                 r.delete(*queue_keys(sq), *queue_keys(iq))
             except Exception:

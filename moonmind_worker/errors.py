@@ -148,3 +148,14 @@ def has_surrogate(text: str) -> bool:
 
 def invalid_query(message: str, action: str = "Fix the query or flags and retry.") -> MoonmindError:
     return MoonmindError("invalid_query", message, action)
+
+
+class RagTaskError(Exception):
+    """A Celery task's failure with the MoonmindError triple as its args (so JSON results carry it intact)."""
+
+    def __init__(self, code: str, message: str, action: str) -> None:
+        super().__init__(code, message, action)
+        self.code, self.message, self.action = code, message, action
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"

@@ -11,12 +11,17 @@ import time
 import uuid
 from pathlib import Path
 
-from moonmind_worker.transports.queue_client import queue_keys
+from moonmind_worker.transports.queue_client import CONSUMERS_KEY
 
 BROKER = "redis://127.0.0.1:6379/4"
 BACKEND = "redis://127.0.0.1:6379/5"
 ROOT = Path(__file__).resolve().parent.parent
 CELERY = shutil.which("celery") or str(Path(sys.executable).parent / "celery")
+
+
+def queue_keys(queue: str) -> tuple[str, ...]:
+    """Every Redis key a test queue leaves: its messages, worker heartbeats and kombu's bindings."""
+    return (queue, CONSUMERS_KEY.format(queue=queue), f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
 
 
 def unique_queues() -> tuple[str, str]:

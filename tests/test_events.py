@@ -152,8 +152,8 @@ def test_a_dead_broker_does_not_break_or_change_a_sync_search(indexed, cli):
     assert elapsed < 30
 
 
-def test_a_wildcard_binding_receives_events_from_a_process_that_never_imported_kombu(env, tmp_path):
-    """The Redis path speaks kombu's topic-exchange delivery itself: a kombu consumer gets the event."""
+def test_a_wildcard_binding_receives_events_published_from_another_process(env, tmp_path):
+    """Events go through kombu's own topic-exchange routing on Redis too: a kombu consumer gets the event."""
     import subprocess
     import sys
 
@@ -164,12 +164,11 @@ def test_a_wildcard_binding_receives_events_from_a_process_that_never_imported_k
         try:
             code = (
                 "import sys; from moonmind_worker.observe import events; "
-                "events.publish('doctor_failed', check='qdrant'); events.publish('job_rag_finished'); "
-                "print(sorted(m for m in ('kombu', 'redis') if m in sys.modules))"
+                "events.publish('doctor_failed', check='qdrant'); events.publish('job_rag_finished')"
             )
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                                  env={**env, "CELERY_BROKER_URL": BROKER}, cwd=tmp_path)
-            assert out.stdout.strip() == "[]", out.stderr
+            assert out.returncode == 0, out.stderr
             msg = _get(bound)
             assert msg is not None and msg.payload["event"] == "doctor_failed" and msg.payload["check"] == "qdrant"
             assert msg.delivery_info["routing_key"] == "rag.doctor_failed"

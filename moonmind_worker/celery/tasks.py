@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from moonmind_worker.errors import MoonmindError, codes_that
+from moonmind_worker.errors import MoonmindError, RagTaskError, codes_that
 from moonmind_worker.transports import queue_client
 
 from .worker import app
@@ -39,17 +39,6 @@ WRITE_OPTIONS: dict[str, Any] = {
     "max_retries": 4,
     "default_retry_delay": 2,
 }
-
-
-class RagTaskError(Exception):
-    """A task failure with the MoonmindError triple as its args (so JSON results carry it intact)."""
-
-    def __init__(self, code: str, message: str, action: str) -> None:
-        super().__init__(code, message, action)
-        self.code, self.message, self.action = code, message, action
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
 
 
 def _fail(err: MoonmindError) -> RagTaskError:

@@ -249,11 +249,11 @@ def result_backend_problem(settings: Settings) -> str | None:
     if not url.startswith(("redis://", "rediss://")):
         return None
     try:
-        conn = queue_client.Redis(url, 2.0)
+        client = queue_client.redis_client(url, 2.0)
         try:
-            conn.command("PING")
+            client.ping()
         finally:
-            conn.close()
+            client.close()
     except Exception as exc:  # noqa: BLE001 - any failure means the same thing here
         return (
             f"result backend unreachable ({type(exc).__name__} at {redact(url)}): tasks will run, but their "
@@ -292,7 +292,8 @@ def _on_child_shutdown(**_: object) -> None:
 
 
 class _Presence:
-    """Heartbeat per consumed queue so the CLI can tell "no worker" from "slow worker"."""
+    """Heartbeat per consumed queue on a Redis broker (which, unlike AMQP, cannot count a queue's consumers),
+    so the CLI can tell "no worker" from "slow worker"."""
 
     def __init__(self) -> None:
         self._stop = threading.Event()
@@ -312,17 +313,17 @@ class _Presence:
 
     def _beat(self, url: str, remove: bool = False) -> None:
         try:
-            conn = queue_client.Redis(url, 2.0)
+            client = queue_client.redis_client(url, 2.0)
             try:
                 for q in self._queues:
                     key = queue_client.CONSUMERS_KEY.format(queue=q)
                     if remove:
-                        conn.command("ZREM", key, self._member)
+                        client.zrem(key, self._member)
                     else:
-                        conn.command("ZADD", key, f"{time.time():.3f}", self._member)
-                        conn.command("EXPIRE", key, int(queue_client.PRESENCE_TTL_S * 3))
+                        client.zadd(key, {self._member: time.time()})
+                        client.expire(key, int(queue_client.PRESENCE_TTL_S * 3))
             finally:
-                conn.close()
+                client.close()
         except Exception as exc:  # noqa: BLE001 - a missed heartbeat only delays the CLI's check
             log.warning("presence heartbeat failed: %s", type(exc).__name__)
 

@@ -81,15 +81,10 @@ def queue_timeout(args: argparse.Namespace, latency_ms: int | None = None) -> fl
 
 
 def run_queued(task: str, kwargs: dict, *, queue: str, timeout_s: float, wait: bool = True):
-    """Send a task to the configured broker (standard library only: no celery, numpy or qdrant import)."""
-    from ..settings import get_settings
-    from ..transports.queue_client import run_task
+    """Send a task to the configured broker: through the box's warm owner when one is up, else from here."""
+    from ..transports.queue import enqueue
 
-    settings = get_settings()
-    return run_task(
-        task, kwargs, queue=queue, broker_url=settings.celery_broker_url,
-        backend_url=settings.result_backend, timeout_s=timeout_s, wait=wait,
-    )
+    return enqueue(task, kwargs, queue=queue, timeout_s=timeout_s, wait=wait)
 
 
 def print_task_id(task_id: str, args: argparse.Namespace) -> int:

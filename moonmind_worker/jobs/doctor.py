@@ -270,19 +270,19 @@ def _broker_check(url: str) -> Check:
     """The broker answers, within HTTP_TIMEOUT_S per wait: a broker that accepts TCP and then says
     nothing (half-open, wedged, a wrong service on the port) must not hang a worker's job start.
 
-    Redis is asked PING with the standard-library client (a timeout on every read); other brokers
-    go through kombu with read and write timeouts as well as the connect timeout.
+    Redis is asked PING with redis-py (a timeout on every read); other brokers go through kombu with
+    read and write timeouts as well as the connect timeout.
     """
     shown = redact(url)
     try:
         if url.startswith(("redis://", "rediss://")):
-            from ..transports.queue_client import Redis
+            from ..transports.queue_client import redis_client
 
-            conn = Redis(url, HTTP_TIMEOUT_S)
+            client = redis_client(url, HTTP_TIMEOUT_S)
             try:
-                conn.command("PING")
+                client.ping()
             finally:
-                conn.close()
+                client.close()
         else:
             from kombu import Connection
 

@@ -191,9 +191,8 @@ def clean_overlay_now(run_id: str, settings: Settings) -> dict[str, Any] | None:
 
 def enqueue_overlay_clean(run_id: str, settings: Settings) -> str:
     """Send `moonmind.rag.overlay_clean` for the run to the bulk queue; the task id (no wait)."""
-    from moonmind_worker.transports.queue_client import OVERLAY_CLEAN, run_task
+    from moonmind_worker.transports.queue import enqueue
+    from moonmind_worker.transports.queue_client import OVERLAY_CLEAN
 
-    return run_task(
-        OVERLAY_CLEAN, {"request": {"run_id": run_id, "expired": False}}, queue=settings.index_queue,
-        broker_url=settings.celery_broker_url, backend_url=settings.result_backend, timeout_s=5.0, wait=False,
-    )
+    return enqueue(OVERLAY_CLEAN, {"request": {"run_id": run_id, "expired": False}}, queue=settings.index_queue,
+                   timeout_s=5.0, wait=False, settings=settings)

@@ -7,12 +7,8 @@ Wire format (documented in docs/celery.md, "Queue events"):
 * body: JSON object ``{"schema": 1, "event", "event_id", "timestamp", "job_id", "run_id",
   "repo", "tenant", ...fields}``; ``timestamp`` is ISO-8601 UTC, ``event_id`` is ``evt_`` + a ULID.
 
-On a Redis broker the event is written the way kombu's Redis transport delivers to a topic
-exchange — the queues bound to ``moonmind.events`` are read from kombu's binding set
-(``_kombu.binding.moonmind.events``: routing key, its regex, queue) and the kombu message is
-``LPUSH``ed onto each matching queue — with the standard-library client of `queue_client`.
-Why not kombu there: importing kombu and redis-py costs a one-shot ``moonmind rag search``
-~100 ms, a quarter of the whole command. Other brokers (AMQP) go through kombu.
+Every broker goes through a kombu producer (one connection per process, reused): the process
+that publishes is usually the box's warm owner or a Celery worker, which has kombu loaded anyway.
 
 Why fire-and-forget: events are breadcrumbs, never part of the answer. `publish` is bounded
 by ``MOONMIND_EVENTS_TIMEOUT_S`` (connect and send, no retries), never raises, and after a
@@ -27,7 +23,6 @@ import contextvars
 import json
 import logging
 import os
-import re
 import threading
 import time
 from typing import Any
@@ -75,9 +70,6 @@ scope_override: contextvars.ContextVar[dict[str, Any] | None] = contextvars.Cont
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"conn": None, "url": None, "down_until": 0.0, "said_noop": False}
-#: kombu's Redis transport: the exchange's binding set and the separator inside its members
-BINDINGS_KEY = "_kombu.binding." + EXCHANGE
-BINDING_SEP = "\x06\x16"
 
 
 def routing_key(event: str) -> str:
@@ -135,9 +127,6 @@ def _publish(event: str, fields: dict[str, Any]) -> None:
     timeout = settings.events_timeout_s
     with _lock:
         try:
-            if url.startswith(("redis://", "rediss://")):
-                _publish_redis(url, timeout, routing_key(event), body)
-                return
             producer = _producer(url, timeout)
             producer.publish(
                 body,
@@ -156,27 +145,6 @@ def _publish(event: str, fields: dict[str, Any]) -> None:
                 "queue event %s not published (%s at %s); events paused for %.0fs",
                 event, type(exc).__name__, redact(url), COOL_DOWN_S,
             )
-
-
-def _publish_redis(url: str, timeout: float, key: str, body: str) -> None:
-    """Deliver to every queue bound to the exchange with a matching topic, as kombu would."""
-    from ..transports.queue_client import Redis, kombu_message
-
-    conn = _state["conn"]
-    if conn is None or _state["url"] != url or not isinstance(conn, Redis):
-        _drop_connection()
-        conn = Redis(url, timeout)
-        _state["conn"], _state["url"] = conn, url
-    queues = []
-    for member in conn.command("SMEMBERS", BINDINGS_KEY) or []:
-        parts = member.decode().split(BINDING_SEP)
-        if len(parts) == 3 and re.match(parts[1], key):  # parts[1] is kombu's regex for the binding key
-            queues.append(parts[2])
-    if not queues:
-        return  # nobody listens: kombu drops it too
-    message = kombu_message(body, headers={}, exchange=EXCHANGE, routing_key=key)
-    for queue in sorted(set(queues)):
-        conn.command("LPUSH", queue, message)
 
 
 def _exchange():
@@ -214,7 +182,7 @@ def _drop_connection() -> None:
     _state["producer"] = None
     if conn is not None:
         try:
-            conn.close() if hasattr(conn, "command") else conn.release()
+            conn.release()
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
 

@@ -214,7 +214,7 @@ def serves_here(settings: Any) -> bool:
     return True
 
 
-def find(settings: Any, collection: str | None = None) -> Owner | None:
+def find(settings: Any, collection: str | None = None, *, start: bool = True) -> Owner | None:
     """The live owner this process should use for `collection`, or None (then run one-shot).
 
     While another process takes the store over (`handover`), this waits for its socket rather
@@ -231,7 +231,7 @@ def find(settings: Any, collection: str | None = None) -> Owner | None:
         if handover.pending(store_dir) is not None:
             until = time.monotonic() + handover.HANDOVER_S
             owner = handover.wait_while_pending(store_dir, until, lambda: connect(settings.data_dir, name))  # type: ignore[assignment]
-    if owner is None and settings.owner_mode == "auto":
+    if owner is None and start and settings.owner_mode == "auto":
         owner = start_background_owner(settings, name)
     return owner
 
@@ -242,17 +242,18 @@ ATTEMPTS = 3
 
 def execute(
     settings: Any, op: str, args: dict[str, Any], *, collection: str | None = None,
-    progress: Progress | None = None, timeout_s: float | None = None,
+    progress: Progress | None = None, timeout_s: float | None = None, start_owner: bool = True,
 ) -> Any:
     """Run `op` on the box's owner when one is alive, else in this process (`ops.run`).
 
     The answer is the same JSON either way, so a command prints it the same way. An owner that
     goes away before answering (it handed the store over, or died) is replaced by the next one:
-    every operation is idempotent, so it is sent again.
+    every operation is idempotent, so it is sent again. `start_owner=False`: an operation that
+    does not need the store (enqueueing a Celery task) uses a live owner but never starts one.
     """
     gone = None
     for _ in range(ATTEMPTS):
-        owner = find(settings, collection)
+        owner = find(settings, collection, start=start_owner)
         if owner is None:
             break
         pid = owner.pid

@@ -134,6 +134,20 @@ def sync_embedding(settings, args: dict[str, Any], progress: Progress = None) ->
     return {"result": result.to_dict(), "line": result.plan.line() if args.get("dry_run") else result.line()}
 
 
+def enqueue(settings, args: dict[str, Any], progress: Progress = None) -> Any:
+    """Send a Celery task with the client's broker settings and wait for its result (or return its id).
+
+    Why here: the warm owner keeps Celery loaded and its broker connections open, so a queued
+    command costs the thin client nothing but the socket round trip.
+    """
+    from ..transports.queue_client import run_task
+
+    return run_task(
+        str(args["task"]), dict(args["kwargs"]), queue=str(args["queue"]), broker_url=settings.celery_broker_url,
+        backend_url=settings.result_backend, timeout_s=float(args["timeout_s"]), wait=bool(args.get("wait", True)),
+    )
+
+
 OPS: dict[str, Callable[..., Any]] = {
     "search": search,
     "index": index,
@@ -143,6 +157,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "stats": stats,
     "checks": checks,
     "sync_embedding": sync_embedding,
+    "enqueue": enqueue,
 }
 WRITES = frozenset({"index", "overlay_upsert", "overlay_clean", "sync_embedding"})
 

@@ -1,4 +1,4 @@
-"""The queue transport: a warm Celery worker runs the search (`queue_client`, standard library only)."""
+"""The queue transport: a warm Celery worker runs the search; the task is sent by the box's owner when one is up."""
 
 from __future__ import annotations
 
@@ -18,12 +18,25 @@ class QueueTransport:
 
     def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         from ..cli.rag import expect_keys
-        from .queue_client import SEARCH, run_task
+        from .queue_client import SEARCH
 
         s = self.settings
         budgets = request.get("budgets") or {}
         if timeout_s is None:
             timeout_s = budgets["latency_ms"] / 1000 if budgets.get("latency_ms") else s.queue_timeout_s
-        data = run_task(SEARCH, {"query": request}, queue=s.search_queue, broker_url=s.celery_broker_url,
-                        backend_url=s.result_backend, timeout_s=timeout_s)
+        data = enqueue(SEARCH, {"query": request}, queue=s.search_queue, timeout_s=timeout_s, settings=s)
         return expect_keys(data, PACK_KEYS, "a ContextPack")
+
+
+def enqueue(task: str, kwargs: dict[str, Any], *, queue: str, timeout_s: float, wait: bool = True,
+            settings: Any = None) -> Any:
+    """`queue_client.run_task` run by the box's warm owner when one is up (Celery loaded, connections open),
+    else in this process; with the caller's broker settings either way."""
+    from ..owner.client import execute
+
+    if settings is None:
+        from ..settings import get_settings
+
+        settings = get_settings()
+    args = {"task": task, "kwargs": kwargs, "queue": queue, "timeout_s": timeout_s, "wait": wait}
+    return execute(settings, "enqueue", args, timeout_s=timeout_s + 5.0, start_owner=False)

@@ -16,10 +16,11 @@ import time
 import uuid
 
 import pytest
+from celery import Celery
 
 from moonmind_worker.transports import queue_client
 
-from celery_helpers import purge, queue_env, redis, start_worker_process, stop, unique_queues, wait_for_consumer
+from celery_helpers import BROKER, purge, queue_env, redis, start_worker_process, stop, unique_queues, wait_for_consumer
 from conftest import _SCRUB, MOONMIND
 
 
@@ -46,7 +47,11 @@ def test_a_write_whose_result_cannot_be_stored_runs_once_and_is_acknowledged(env
     try:
         wait_for_consumer(iq, proc=proc)
         task_id = str(uuid.uuid4())
-        redis().lpush(iq, queue_client.celery_message(queue_client.SWEEP, task_id, {}, iq, expires_s=None))
+        sender = Celery(broker=BROKER)  # no result backend on the sending side: only the worker's is dead
+        try:
+            sender.send_task(queue_client.SWEEP, queue=iq, task_id=task_id)
+        finally:
+            sender.close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and "was not stored" not in log.read_text():
             time.sleep(0.2)
