@@ -1,11 +1,14 @@
-"""Wall time of `moonmind rag search` per process, sync vs --execution queue against a warm worker.
+"""Wall time of `moonmind rag search` per process, sync one-shot vs --execution queue against a warm worker.
 
-    python bench/queue_search.py [--chunks 10000] [--runs 20] [--home DIR] [--broker redis://127.0.0.1:6379/4]
+    python -m bench.queue_search [--chunks 10000] [--runs 20] [--home DIR] [--broker URL] [--backend URL]
 
 Builds (or reuses, with --home) an embedded index of at least --chunks synthetic code chunks,
-times `--runs` sync searches (each process loads the model and opens the store), then starts
-a real `celery -A tasks worker --pool solo` that owns the store and times `--runs` queue-mode
-searches (process start → exit). Prints medians and p90s. Bounded: gives up after --max-s.
+times `--runs` sync one-shot searches (`MOONMIND_OWNER=off`: each process loads the model and
+opens the store), then starts a real `celery -A tasks worker --pool solo` that owns the store and
+times `--runs` queue-mode searches sent through the worker's owner socket (the default), and
+`--runs` sent by the CLI process itself (`MOONMIND_OWNER=off`: it loads Celery), interleaved.
+Prints medians and p90s. `--broker amqp://guest:guest@127.0.0.1:5672//` measures RabbitMQ.
+Bounded: gives up after --max-s.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--home", default=None)
     ap.add_argument("--broker", default="redis://127.0.0.1:6379/4")
+    ap.add_argument("--backend", default="redis://127.0.0.1:6379/5", help="the result backend (default Redis db 5)")
     ap.add_argument("--max-s", type=float, default=900)
     a = ap.parse_args()
     deadline = time.monotonic() + a.max_s
@@ -73,7 +77,8 @@ def main() -> int:
     home = Path(a.home) if a.home else work / "home"
     tag = uuid.uuid4().hex[:8]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MOONMIND_", "QDRANT_", "CELERY_"))}
-    env.update(MOONMIND_HOME=str(home), CELERY_BROKER_URL=a.broker, MOONMIND_SEARCH_QUEUE=f"bench-search-{tag}",
+    env.update(MOONMIND_HOME=str(home), CELERY_BROKER_URL=a.broker, CELERY_RESULT_BACKEND=a.backend,
+               MOONMIND_OWNER="off", MOONMIND_SEARCH_QUEUE=f"bench-search-{tag}",
                MOONMIND_INDEX_QUEUE=f"bench-index-{tag}", PATH=f"{BIN}:{env.get('PATH', '')}")
     mm = str(BIN / "moonmind")
     from moonmind_worker.settings import Settings
@@ -104,7 +109,8 @@ def main() -> int:
     print(f"index: {n} points")
     search = [mm, "rag", "search", "--filters", "repo=bench", "--top-k", "8"]
     sync = timed(search, env, a.runs)
-    print(summary("sync ", sync))
+    print(summary("sync one-shot          ", sync))
+    served = {k: v for k, v in env.items() if k != "MOONMIND_OWNER"}  # the default: the box's owner sends the task
     log = open(work / "worker.log", "w")
     worker = subprocess.Popen([str(BIN / "celery"), "-A", "tasks", "worker", "--pool", "solo", "-Q",
                                f"{env['MOONMIND_SEARCH_QUEUE']},{env['MOONMIND_INDEX_QUEUE']}", "-l", "WARNING"],
@@ -116,8 +122,12 @@ def main() -> int:
             if p.returncode == 0:
                 break
             time.sleep(0.5)
-        queued = timed(search + ["--execution", "queue"], env, a.runs)
-        print(summary("queue", queued))
+        through_owner, cold = [], []
+        for _ in range(a.runs):  # interleaved: the box's drift hits both arms alike
+            through_owner += timed(search + ["--execution", "queue"], served, 1)
+            cold += timed(search + ["--execution", "queue"], env, 1)
+        print(summary("queue through the owner", through_owner))
+        print(summary("queue from the CLI     ", cold))
     finally:
         os.killpg(worker.pid, 15)
         worker.wait(20)
@@ -128,11 +138,18 @@ def main() -> int:
 
 
 def _forget_queues(broker: str, *queues: str) -> None:
-    """Leave the broker as it was: the run's queues, worker heartbeats and kombu bindings."""
+    """Leave the broker as it was: the run's queues (and on Redis, worker heartbeats and kombu bindings)."""
     if not broker.startswith("redis"):
+        from kombu import Connection
+
+        with Connection(broker) as conn:
+            for q in queues:
+                try:
+                    conn.channel().queue_delete(q)
+                except conn.channel_errors:
+                    pass
         return
     import redis
-
 
     try:
         r = redis.Redis.from_url(broker)
@@ -141,12 +158,13 @@ def _forget_queues(broker: str, *queues: str) -> None:
         pass
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def queue_keys(queue: str) -> tuple[str, ...]:
     """Every Redis key a bench queue leaves: its messages, worker heartbeats and kombu's bindings."""
     from moonmind_worker.transports.queue_client import CONSUMERS_KEY
 
     return (queue, CONSUMERS_KEY.format(queue=queue), f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
