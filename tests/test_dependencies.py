@@ -1,0 +1,46 @@
+"""What the code relies on inside its dependencies, checked against the installed versions.
+
+pyproject.toml pins celery, kombu, qdrant-edge-py and uvicorn below their next minor release; when
+a pin is raised, these tests say whether what the code uses is still there before anything else
+breaks in a subtler way.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+
+def test_celery_still_has_the_success_log_format_and_the_backend_hook_the_worker_overrides():
+    from celery import Celery
+    from celery.app import trace
+
+    assert isinstance(trace.LOG_SUCCESS, str) and "%(name)s" in trace.LOG_SUCCESS
+    assert callable(getattr(Celery, "_get_backend", None))
+    assert "store_result" in dict(inspect.getmembers(Celery("probe").backend))
+
+
+def test_kombu_counts_a_queues_consumers_with_a_passive_declare():
+    from kombu.transport.pyamqp import Channel
+
+    assert "passive" in inspect.signature(Channel.queue_declare).parameters
+
+
+def test_uvicorn_still_has_the_protocol_and_supervisor_the_gateway_subclasses():
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    from uvicorn.supervisors import Multiprocess
+
+    for hook in ("connection_made", "connection_lost", "on_message_begin", "on_message_complete", "send_400_response"):
+        assert callable(getattr(HttpToolsProtocol, hook, None)), hook
+    assert list(inspect.signature(HttpToolsProtocol.__init__).parameters)[1:4] == ["config", "server_state", "app_state"]
+    assert callable(getattr(Multiprocess, "handle_hup", None))
+
+
+def test_qdrant_edge_still_exports_every_name_the_store_uses():
+    import qdrant_edge
+
+    used = ("CountRequest", "Distance", "EdgeConfig", "EdgeOptimizersConfig", "EdgeShard", "EdgeVectorParams",
+            "FieldCondition", "Filter", "MatchAny", "MatchValue", "Point", "Prefetch", "Query", "QueryBatchRequest",
+            "QueryRequest", "RangeFloat", "ScrollRequest", "SparseVector", "UpdateOperation")
+    assert [name for name in used if not hasattr(qdrant_edge, name)] == []
+    for method in ("load", "update", "query_batch", "retrieve", "scroll", "count", "optimize", "flush", "close", "info"):
+        assert hasattr(qdrant_edge.EdgeShard, method), method
