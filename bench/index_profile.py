@@ -75,13 +75,13 @@ def _profile(source: Path) -> None:
     from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.runtime import get_embedder, get_store
     from moonmind_worker.settings import get_settings
-    from moonmind_worker.text import chunking, lexical
+    from moonmind_worker.text import chunking, files, lexical
 
     settings = get_settings()
     embedder, store = get_embedder(settings), get_store(settings)
     real_walk = indexer.walk
     indexer.walk = lambda *a, **k: _call(lambda: list(real_walk(*a, **k)), "walk")  # a generator: time its whole run
-    _wrap(indexer, "read_text", "read")
+    _wrap(files.TreeReader, "read_text", "read")  # every file the indexer reads goes through its tree reader
     _wrap(chunking, "chunk_text", "chunk")  # called through indexing/workers.py, which looks it up per job
     _wrap(lexical, "document_vector", "BM25 vectors")
     real_embed = embedder.embed_documents

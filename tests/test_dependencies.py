@@ -1,6 +1,6 @@
 """What the code relies on inside its dependencies, checked against the installed versions.
 
-pyproject.toml pins celery, kombu, qdrant-edge-py and uvicorn below their next minor release; when
+pyproject.toml pins celery, kombu, qdrant-edge-py, uvicorn and pathspec below their next minor release; when
 a pin is raised, these tests say whether what the code uses is still there before anything else
 breaks in a subtler way.
 """
@@ -44,3 +44,11 @@ def test_qdrant_edge_still_exports_every_name_the_store_uses():
     assert [name for name in used if not hasattr(qdrant_edge, name)] == []
     for method in ("load", "update", "query_batch", "retrieve", "scroll", "count", "optimize", "flush", "close", "info"):
         assert hasattr(qdrant_edge.EdgeShard, method), method
+
+
+def test_pathspec_still_translates_a_name_segment_through_the_hook_the_bounded_pattern_overrides():
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
+    hook = inspect.getattr_static(GitIgnoreSpecPattern, "_translate_segment_glob")
+    assert isinstance(hook, staticmethod)
+    assert list(inspect.signature(GitIgnoreSpecPattern._translate_segment_glob).parameters) == ["pattern", "range_error"]

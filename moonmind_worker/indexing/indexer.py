@@ -27,7 +27,7 @@ from ..store import PointIn, Store
 from ..store.guardrails import check_collection
 from ..store.scopes import canonical_repo
 from ..text.chunking import Chunk, language_of
-from ..text.files import Skipped, read_text, walk
+from ..text.files import Skipped, TreeReader, walk
 from . import points, workers
 from .points import Docs
 
@@ -244,6 +244,7 @@ def index_repository(
     pending_chunks = 0
     stale: list[str] = []
     taken = 0
+    reader = TreeReader(root.resolve())  # reads what the walk listed, never through a link swapped in since
 
     def send_group() -> None:
         nonlocal group, unsent, group_chars
@@ -317,7 +318,7 @@ def index_repository(
 
     try:
         for rel, path in files:
-            text, reason = read_text(path, settings.max_file_bytes)
+            text, reason = reader.read_text(rel, settings.max_file_bytes)
             if text is None:
                 line.append([rel, "", None, 0, _NOTHING, reason or "unreadable", 0])
                 continue
@@ -346,6 +347,7 @@ def index_repository(
         pool.close()  # every point is built: the workers exit before the store's largest moment, the last writes
         write(block=True)
     finally:
+        reader.close()
         pool.close()
         summary.worker_died = pool.lost_a_worker
     if progress:

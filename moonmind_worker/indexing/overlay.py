@@ -32,7 +32,7 @@ from ..store import Match, MatchAny, PointIn, Range, SparseVec, Store, Where
 from ..store.guardrails import check_collection
 from ..store.scopes import every_overlay, run_overlay
 from ..text.chunking import Chunk, chunk_text, language_of, sha256_text
-from ..text.files import Skipped, excluded_reason, name_problem, read_text
+from ..text.files import Skipped, TreeReader, excluded_reason, name_problem
 from .indexer import build_points, content_hash
 from .points import point_id
 
@@ -221,23 +221,24 @@ def upsert_overlay(
     summary = OverlaySummary(run_id=run_id, repo=repo, tenant=tenant, expires_at=expires_at)
     docs: list[tuple[str, str, list[Chunk]]] = []
     gone: list[str] = []
-    for rel, path in targets:
-        reason = name_problem(rel) or excluded_reason(root_path, rel)
-        if reason is not None:
-            summary.skipped.append(Skipped(rel, reason))
-            continue
-        if not path.exists():
-            gone.append(rel)
-            continue
-        text, why = read_text(path, settings.max_file_bytes)
-        if text is None:
-            summary.skipped.append(Skipped(rel, why or "unreadable"))
-            continue
-        chunks = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines)
-        if chunks:
-            docs.append((rel, content_hash(text), chunks))
-        else:
-            gone.append(rel)  # emptied: the canonical text no longer exists either
+    with TreeReader(root_path) as reader:  # each file read under the root, never through a link swapped in
+        for rel, path in targets:
+            reason = name_problem(rel) or excluded_reason(root_path, rel)
+            if reason is not None:
+                summary.skipped.append(Skipped(rel, reason))
+                continue
+            if not path.exists():
+                gone.append(rel)
+                continue
+            text, why = reader.read_text(rel, settings.max_file_bytes)
+            if text is None:
+                summary.skipped.append(Skipped(rel, why or "unreadable"))
+                continue
+            chunks = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines)
+            if chunks:
+                docs.append((rel, content_hash(text), chunks))
+            else:
+                gone.append(rel)  # emptied: the canonical text no longer exists either
     written = [rel for rel, _, _ in docs] + gone
     if not written:
         summary.seconds = time.perf_counter() - started

@@ -21,7 +21,7 @@ from ..store import Store
 from ..store.guardrails import check_collection
 from ..store.scopes import canonical_repo
 from ..text.chunking import chunk_text
-from ..text.files import read_text, walk
+from ..text.files import TreeReader, walk
 
 
 @dataclass
@@ -88,11 +88,12 @@ def collect_stats(
     if root is not None:
         stats.root_checked = True
         on_disk = set()
-        for rel, full in walk(root):
-            text, _ = read_text(full, settings.max_file_bytes)
-            if text is None or not chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines):
-                continue  # the indexer skips these too: not an orphan
-            on_disk.add(rel)
+        with TreeReader(Path(root).resolve()) as reader:
+            for rel, _ in walk(root):
+                text, _ = reader.read_text(rel, settings.max_file_bytes)
+                if text is None or not chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines):
+                    continue  # the indexer skips these too: not an orphan
+                on_disk.add(rel)
         stats.unindexed = sorted(on_disk - set(per_file))
         stats.stale = sorted(set(per_file) - on_disk)
     return stats

@@ -7,11 +7,13 @@ files, vendored and generated directories.
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterator
+from typing import Iterator, Literal, Sequence
 
 SKIP_DIRS = frozenset(
     """.git .hg .svn node_modules vendor third_party .venv venv env .env __pycache__ .mypy_cache .pytest_cache
@@ -49,19 +51,29 @@ class Unreadable(Exception):
     """Why a file was not read: not a regular file, larger than allowed, or an OS error."""
 
 
-def read_regular(path: str | Path, max_bytes: int) -> tuple[bytes, os.stat_result]:
+#: Why a link met where a tree's file or directory was listed is not read.
+LINK_NOT_FOLLOWED = "a symbolic link (links inside an indexed tree are never followed)"
+
+
+def read_regular(path: str | Path, max_bytes: int, *, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
     """The bytes of a regular file (and its stat), never more than `max_bytes`.
 
     Why every reader of a path goes through here: opening a FIFO blocks forever, and a device
     such as /dev/zero reports size 0 while its data never ends. The file is opened non-blocking
     and checked on its open descriptor, so what is checked is what is read. FileNotFoundError
     passes through (callers name the missing file their own way); anything else is `Unreadable`.
+    With `dir_fd`, `path` is a name in that directory and a link there is not followed (`TreeReader`).
     """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if dir_fd is not None:
+        flags |= os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except FileNotFoundError:
         raise
     except OSError as exc:
+        if dir_fd is not None and exc.errno == errno.ELOOP:
+            raise Unreadable(LINK_NOT_FOLLOWED) from None
         raise Unreadable(f"unreadable ({exc.strerror or type(exc).__name__})") from None
     try:
         st = os.fstat(fd)
@@ -88,9 +100,67 @@ def read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
         return None, f"unreadable ({exc.strerror or type(exc).__name__})"
     except Unreadable as exc:
         return None, str(exc)
+    return _text_of(data)
+
+
+def _text_of(data: bytes) -> tuple[str | None, str | None]:
     if is_binary(data):
         return None, "binary"
     return data.decode("utf-8", errors="replace"), None
+
+
+class TreeReader:
+    """Reads a tree's files by their path under its root, never through a link.
+
+    Why: a tree can change while it is indexed, and a file listed as regular but swapped for a
+    link (to /etc/shadow, say) before it is read must not be read. Each directory on the way is
+    opened relative to its parent and the file relative to its directory, all with O_NOFOLLOW, so
+    whatever is read is inside the root. The directories of the last path stay open: files read
+    in walk order open each directory once.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the root the caller named
+        self._open: list[tuple[str, int]] = []
+
+    def __enter__(self) -> TreeReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for _, fd in reversed(self._open):
+            os.close(fd)
+        self._open.clear()
+        if self._root >= 0:
+            os.close(self._root)
+            self._root = -1
+
+    def _directory(self, parts: Sequence[str]) -> int:
+        keep = 0
+        while keep < min(len(parts), len(self._open)) and self._open[keep][0] == parts[keep]:
+            keep += 1
+        for _, fd in reversed(self._open[keep:]):
+            os.close(fd)
+        del self._open[keep:]
+        for name in parts[keep:]:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=self._open[-1][1] if self._open else self._root)
+            self._open.append((name, fd))
+        return self._open[-1][1] if self._open else self._root
+
+    def read_text(self, rel: str, max_bytes: int) -> tuple[str | None, str | None]:
+        """(text, None) or (None, reason it was skipped), as `read_text` for the file `rel`."""
+        *dirs, name = rel.split("/")
+        try:
+            data, _ = read_regular(name, max_bytes, dir_fd=self._directory(dirs))
+        except OSError as exc:  # a directory on the way, or a missing file
+            if exc.errno == errno.ELOOP:
+                return None, "a directory on its path is " + LINK_NOT_FOLLOWED
+            return None, f"unreadable ({exc.strerror or type(exc).__name__})"
+        except Unreadable as exc:
+            return None, str(exc)
+        return _text_of(data)
 
 
 def name_problem(name: str) -> str | None:
@@ -108,67 +178,206 @@ def name_problem(name: str) -> str | None:
 
 #: A .gitignore larger than this is not read (real ones are a few KiB).
 IGNORE_FILE_MAX_BYTES = 1 << 20
+#: Directory levels the walk descends (the root's own entries are level 1): a deeper directory is
+#: skipped with a note, so one absurdly deep branch never costs the rest of the tree.
+MAX_DEPTH = 256
+#: Limits on one ignore pattern; a pattern over them is not applied, with a note naming it.
+#: Why: every name in the tree is matched against every pattern, so what one pattern may cost
+#: bounds the walk. A `*` within a name is matched in linear time (`_linear_segment`) but still
+#: scans the name once; each `**` spanning directories multiplies a match by the path's depth.
+MAX_PATTERN_STARS = 8
+MAX_PATTERN_GLOBSTARS = 2
+MAX_PATTERN_CHARS = 4096
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_STAR = "[^/]*"  # what pathspec makes of a `*` within a name
+_GLOBSTARS = ("(?:.+/)?", "(?:/.+)?")  # ... and of a `**` that spans directories
 
 
-def _gitignore(dirpath: Path, rel: str):
-    import pathspec
+def _linear_segment(regex: str) -> str:
+    """A name glob's regex (pathspec's, for one path segment) that cannot backtrack catastrophically.
 
-    patterns: list[str] = []
-    for name in (".gitignore",) + ((".git/info/exclude",) if not rel else ()):
-        f = dirpath / name
-        if f.is_file():
+    Why: Python's `re` backtracks, so `a*a*a*…c` against a long name tries every way to split
+    the name, exponentially many. The pieces between stars match fixed lengths, so a middle piece
+    taken at its leftmost place is always a right choice (the stars after it absorb the rest):
+    each is found lazily and kept (an atomic group); the segment, which always ends at the next
+    `/` or the end, is kept whole. A run of stars is one star (`a**b` is `a*b` to git).
+    """
+    pieces = regex.split(_STAR)
+    if len(pieces) < 3:  # at most one star: it backtracks over the name once
+        return regex
+    first, *middle, last = pieces
+    middle = [m for m in middle if m]
+    if not middle:
+        return first + _STAR + last
+    return "(?>" + first + "".join(f"(?>[^/]*?{m})" for m in middle) + _STAR + last + "(?=/|$))"
+
+
+@functools.cache
+def _pattern_class() -> type:
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
+    class BoundedPattern(GitIgnoreSpecPattern):
+        """git's rules as pathspec compiles them, each name glob matched in linear time."""
+
+        @staticmethod
+        def _translate_segment_glob(pattern: str, range_error: Literal["literal", "raise"]) -> str:
+            return _linear_segment(GitIgnoreSpecPattern._translate_segment_glob(pattern, range_error))
+
+    return BoundedPattern
+
+
+def _patterns(lines: list[str], source: str, skipped: list[Skipped] | None) -> list:
+    """The compiled patterns of one ignore file; one that is invalid or too costly is left out with a note."""
+    factory = _pattern_class()
+    out = []
+    for line in lines:
+        if not line:
+            continue
+        why = None
+        if len(line) > MAX_PATTERN_CHARS:
+            why = f"longer than {MAX_PATTERN_CHARS} characters"
+        else:
             try:
-                patterns.extend(read_regular(f, IGNORE_FILE_MAX_BYTES)[0].decode("utf-8", "replace").splitlines())
-            except (OSError, Unreadable):
-                pass
+                pattern = factory(line)
+            except ValueError:  # pathspec's GitIgnorePatternError (a trailing backslash, ...)
+                why = "not a valid pattern"
+            else:
+                regex = pattern.regex.pattern if pattern.regex is not None else ""
+                if regex.count(_STAR) > MAX_PATTERN_STARS:
+                    why = f"more than {MAX_PATTERN_STARS} '*' wildcards, too costly to match against every name"
+                elif sum(map(regex.count, _GLOBSTARS)) > MAX_PATTERN_GLOBSTARS:
+                    why = f"more than {MAX_PATTERN_GLOBSTARS} '**' spanning directories, too costly to match"
+        if why is None:
+            out.append(pattern)
+        elif skipped is not None:
+            shown = line if len(line) <= 120 else line[:120] + "…"
+            skipped.append(Skipped(source, f"ignore pattern {shown!r} not applied: {why}"))
+    return out
+
+
+def _read_beneath(dir_fd: int, rel: str, max_bytes: int) -> bytes:
+    """A file under the directory `dir_fd`, every step without following a link (see read_regular)."""
+    *dirs, name = rel.split("/")
+    fds: list[int] = []
+    try:
+        for d in dirs:
+            fds.append(os.open(d, _DIR_FLAGS, dir_fd=fds[-1] if fds else dir_fd))
+        return read_regular(name, max_bytes, dir_fd=fds[-1] if fds else dir_fd)[0]
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _gitignore(dir_fd: int, rel: str, skipped: list[Skipped] | None = None):
+    """The ignore rules of one directory (`.gitignore`, plus `.git/info/exclude` at the root), or None.
+
+    Read relative to the directory's descriptor without following links, as git does (2.32+): a
+    `.gitignore` that is a link is not applied.
+    """
+    patterns: list = []
+    for name in (".gitignore",) + ((".git/info/exclude",) if not rel else ()):
+        source = f"{rel}/{name}" if rel else name
+        try:
+            data = _read_beneath(dir_fd, name, IGNORE_FILE_MAX_BYTES)
+        except Unreadable as exc:
+            if str(exc) == LINK_NOT_FOLLOWED and skipped is not None:
+                skipped.append(Skipped(source, LINK_NOT_FOLLOWED + ": its patterns are not applied"))
+            continue
+        except OSError:
+            continue
+        patterns.extend(_patterns(data.decode("utf-8", "replace").splitlines(), source, skipped))
     if not patterns:
         return None
-    return pathspec.GitIgnoreSpec.from_lines(patterns)  # git's own rules (the "gitwildmatch" name is deprecated)
+    from pathspec import GitIgnoreSpec
+
+    return GitIgnoreSpec(patterns)  # git's own rules (the "gitwildmatch" name is deprecated)
 
 
 def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str, Path]]:
-    """Yield (repo-relative POSIX path, absolute path) of candidate files, sorted, deterministic."""
+    """Yield (repo-relative POSIX path, absolute path) of candidate files, sorted, deterministic.
+
+    Depth first in name order (a directory's files come where its name sorts), without recursion:
+    each directory is opened relative to its parent, never through a link. A directory that cannot
+    be listed, or is deeper than MAX_DEPTH, is skipped with a note; the rest of the tree is walked.
+    """
     root = root.resolve()
     specs: list[tuple[str, object]] = []  # (base rel dir, spec) stack
+    stack: list[tuple[int, str, Iterator[os.DirEntry[str]], bool]] = []  # (fd, rel, entries left, has a spec)
 
-    def ignored(rel: str, is_dir: bool) -> bool:
-        return _ignored_by(specs, rel, is_dir)
+    def note(path: str, reason: str) -> None:
+        if skipped is not None:
+            skipped.append(Skipped(path, reason))
 
-    def visit(dirpath: Path, rel: str) -> Iterator[tuple[str, Path]]:
-        spec = _gitignore(dirpath, rel)
+    def enter(fd: int, rel: str) -> None:
+        try:
+            with os.scandir(fd) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            os.close(fd)
+            note(rel or ".", f"unreadable directory ({exc.strerror or type(exc).__name__})")
+            return
+        spec = _gitignore(fd, rel, skipped)
         if spec is not None:
             specs.append((rel, spec))
-        try:
-            entries = sorted(os.scandir(dirpath), key=lambda e: e.name)
-        except OSError:
-            entries = []
-        for e in entries:
+        stack.append((fd, rel, iter(entries), spec is not None))
+
+    try:
+        enter(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), "")  # the root the caller named
+    except OSError as exc:
+        note(".", f"unreadable directory ({exc.strerror or type(exc).__name__})")
+    try:
+        while stack:
+            fd, rel, entries, has_spec = stack[-1]
+            e = next(entries, None)
+            if e is None:
+                stack.pop()
+                os.close(fd)
+                if has_spec:
+                    specs.pop()
+                continue
             child = f"{rel}/{e.name}" if rel else e.name
-            if e.is_symlink():
-                # never follow links: they can leave the tree or loop
+            try:
+                if e.is_symlink():
+                    # never follow links: they can leave the tree or loop
+                    continue
+                is_dir = e.is_dir()
+                is_file = not is_dir and e.is_file()
+            except OSError as exc:
+                note(_shown(child), f"unreadable ({exc.strerror or type(exc).__name__})")
                 continue
             problem = name_problem(e.name)
             if problem is not None:
-                if skipped is not None:
-                    shown = child.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-                    skipped.append(Skipped(shown, problem))
+                note(_shown(child), problem)
                 continue
-            if e.is_dir():
-                if e.name in SKIP_DIRS or e.name.endswith(".egg-info") or ignored(child, True):
+            if is_dir:
+                if e.name in SKIP_DIRS or e.name.endswith(".egg-info") or _ignored_by(specs, child, True):
                     continue
-                yield from visit(Path(e.path), child)
-            elif e.is_file():
-                if ignored(child, False):
+                if len(stack) > MAX_DEPTH:
+                    note(child, f"deeper than {MAX_DEPTH} directory levels: not indexed")
+                    continue
+                try:
+                    sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    note(child, LINK_NOT_FOLLOWED if exc.errno == errno.ELOOP
+                         else f"unreadable directory ({exc.strerror or type(exc).__name__})")
+                    continue
+                enter(sub, child)
+            elif is_file:
+                if _ignored_by(specs, child, False):
                     continue
                 if e.name in LOCK_FILES or e.name.endswith(SKIP_SUFFIXES):
-                    if skipped is not None:
-                        skipped.append(Skipped(child, "lock/vendored/binary type"))
+                    note(child, "lock/vendored/binary type")
                     continue
-                yield child, Path(e.path)
-        if spec is not None:
-            specs.pop()
+                yield child, root / child
+    finally:
+        for fd, *_ in stack:
+            os.close(fd)
 
-    yield from visit(root, "")
+
+def _shown(rel: str) -> str:
+    """A path whose name may not be valid UTF-8 (see name_problem), as a report can carry it."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def excluded_reason(root: Path, rel: str) -> str | None:
@@ -185,13 +394,28 @@ def excluded_reason(root: Path, rel: str) -> str | None:
     if name in LOCK_FILES or name.endswith(SKIP_SUFFIXES):
         return "lock/vendored/binary type"
     specs: list[tuple[str, object]] = []
-    for i in range(len(parts)):
-        base = "/".join(parts[:i])
-        spec = _gitignore(root / base if base else root, base)
-        if spec is not None:
-            specs.append((base, spec))
-        if _ignored_by(specs, "/".join(parts[: i + 1]), i < len(parts) - 1):
-            return "ignored by .gitignore"
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        fd = -1
+    try:
+        for i in range(len(parts)):
+            base = "/".join(parts[:i])
+            spec = _gitignore(fd, base) if fd >= 0 else None
+            if spec is not None:
+                specs.append((base, spec))
+            if _ignored_by(specs, "/".join(parts[: i + 1]), i < len(parts) - 1):
+                return "ignored by .gitignore"
+            if fd >= 0 and i < len(parts) - 1:  # the next directory's rules, read as the walk reads them
+                try:
+                    sub = os.open(parts[i], _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    sub = -1
+                os.close(fd)
+                fd = sub
+    finally:
+        if fd >= 0:
+            os.close(fd)
     return None
 
 
