@@ -174,9 +174,24 @@ def _to_secret(raw: Any) -> Secret:
     return Secret(raw)
 
 
+def _to_umask(raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise ValueError
+    if isinstance(raw, str):
+        digits = raw.strip().lower().removeprefix("0o")
+        if not digits or len(digits) > 4 or any(c not in "01234567" for c in digits):
+            raise ValueError
+        raw = int(digits, 8)
+    if not 0 <= raw <= 0o777 or raw & 0o022 != 0o022:
+        raise ValueError
+    return raw
+
+
 #: a path, `~` expanded
 path = Rule("a file-system path", _to_path)
 secret = Rule("a string", _to_secret)
+#: an octal umask; group and others never get write (owner/trust.py refuses such directories)
+octal_umask = Rule("an octal umask that masks group and other write (022), e.g. 077 or 027", _to_umask)
 
 
 class Field:
@@ -225,6 +240,8 @@ class Settings:
     moonmind_home: Path = setting("MOONMIND_HOME", default="~/.moonmind", parse=path)
     collection: str = setting("MOONMIND_COLLECTION", "QDRANT_COLLECTION", default="moonmind__repo", parse=text())
     store_wait_s: float = setting("MOONMIND_STORE_WAIT_S", default=3.0, parse=number(ge=0, le=600))
+    #: who may read what moonmind writes under MOONMIND_HOME and the artifacts directory (modes.py)
+    umask: int = setting("MOONMIND_UMASK", default="077", parse=octal_umask)
     #: auto: commands use the box's live owner of the embedded store, and start one in the background
     #: when none is alive; use: only an owner that is already alive; off: always run in this process
     #: (owner/client.py; docs/operations.md says when to choose which)

@@ -528,7 +528,7 @@ def test_second_process_on_a_busy_embedded_store_gets_store_busy(cli, indexed, h
         assert err["code"] == "store_busy"
         assert f"in use by PID {os.getpid()} (waited 0.3 s)" in err["message"]
         assert "QDRANT_URL" in err["action"]
-        r = cli("rag", "index", str(indexed), "--repo", "demo")
+        r = cli("rag", "index", str(indexed), "--repo", "demo", extra_env={"MOONMIND_STORE_WAIT_S": "0.3"})
         assert r.code == 3 and "store_busy" in r.stderr and "Traceback" not in r.stderr
     finally:
         holder.close()

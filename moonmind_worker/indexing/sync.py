@@ -7,6 +7,10 @@ the old one until a single atomic switch (a Qdrant alias update on a server,
 one rename of `meta.json` on the embedded store); only then is the old data
 dropped. Point ids are kept, so re-running after an interruption skips what is
 already in the target (same id, same chunk_hash) and can never duplicate.
+
+A crash between the switch and the drop leaves the old data on disk with nothing pointing at
+it; the new collection names it (`REPLACES` in its metadata, written before the switch), so
+the next run finds it, drops it and says so.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from .points import titled_text
 
 #: Rounds of catch-up with writes that landed in the old collection while the sync embedded.
 CATCH_UP_ROUNDS = 3
+#: Metadata key of a synced collection: the physical collection it replaced at the switch
+#: (the collection's own name when that held its data itself).
+REPLACES = "replaces"
 
 
 @dataclass
@@ -39,14 +46,16 @@ class SyncPlan:
     already_done: int  # chunks already in the target (an interrupted sync)
     to_embed: int
     up_to_date: bool  # the collection is already on the configured model: nothing to do
+    leftover: str | None = None  # old data a sync that crashed before its drop left behind (see REPLACES)
 
     def line(self) -> str:
+        note = f"; would drop {self.leftover}, old data an interrupted sync left behind" if self.leftover else ""
         if self.up_to_date:
             return (f"{self.collection} is already embedded with {self.target_model} "
-                    f"(dim={self.target_dimensions}); nothing to sync")
+                    f"(dim={self.target_dimensions}); nothing to sync{note}")
         return (f"{self.collection}: re-embed {self.to_embed} of {self.points} chunks "
                 f"({self.already_done} already done) from {self.source_model} (dim={self.source_dimensions}) "
-                f"to {self.target_model} (dim={self.target_dimensions}) into {self.target}, then switch")
+                f"to {self.target_model} (dim={self.target_dimensions}) into {self.target}, then switch{note}")
 
 
 @dataclass
@@ -55,14 +64,18 @@ class SyncResult:
     embedded: int = 0
     switched: bool = False
     dropped: str | None = None  # what was dropped after the switch
+    dropped_leftover: str | None = None  # old data of an earlier, interrupted sync, dropped by this run
     seconds: float = 0.0
 
     def line(self) -> str:
+        note = (f"; dropped {self.dropped_leftover}, old data an interrupted sync left behind"
+                if self.dropped_leftover else "")
         if self.plan.up_to_date:
-            return self.plan.line()
+            return (f"{self.plan.collection} is already embedded with {self.plan.target_model} "
+                    f"(dim={self.plan.target_dimensions}); nothing to sync{note}")
         return (f"synced {self.plan.collection}: {self.embedded} chunks re-embedded with {self.plan.target_model} "
                 f"(dim={self.plan.target_dimensions}), {self.plan.points} in total; now served from "
-                f"{self.plan.target}; old data ({self.plan.source_model}) dropped; {self.seconds:.2f}s")
+                f"{self.plan.target}; old data ({self.plan.source_model}) dropped{note}; {self.seconds:.2f}s")
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -90,6 +103,17 @@ def _read_done(target) -> dict[str, str]:
 
 def _todo(source: dict[str, dict], done: dict[str, str]) -> list[str]:
     return sorted(i for i, p in source.items() if done.get(i) != p.get("chunk_hash"))
+
+
+def _leftover(store, info, target: str) -> str | None:
+    """The physical collection the last switch replaced, when it is still there: a crash kept it from being dropped.
+
+    Never the collection being served, nor the target this run would resume (an unfinished sync's work).
+    """
+    name = info.extra.get(REPLACES)
+    if not isinstance(name, str) or name == target:
+        return None
+    return name if store.has_physical(None if name == info.name else name) else None
 
 
 def _waiting_for_lock(fn, wait_s: float = 30.0):
@@ -138,6 +162,7 @@ def plan_sync(store, embedder: Embedder):
         target_model=embedder.name, target_dimensions=dims, target=target,
         points=len(source) if not up_to_date else info.points,
         already_done=len(source) - len(todo), to_embed=len(todo), up_to_date=up_to_date,
+        leftover=_leftover(store, info, target),
     )
     return plan, source, done, target_store
 
@@ -170,6 +195,9 @@ def sync_embedding(
     started = time.perf_counter()
     plan, source, done, target = plan_sync(store, embedder)
     result = SyncResult(plan)
+    if plan.leftover and not dry_run:
+        store.drop_physical(None if plan.leftover == plan.collection else plan.leftover)
+        result.dropped_leftover = plan.leftover
     if dry_run or plan.up_to_date:
         target.close()
         return result
@@ -208,9 +236,13 @@ def sync_embedding(
         )
 
     old_info = store.info()
-    target.set_metadata(**{k: v for k, v in (old_info.extra if old_info else {}).items()
-                           if k not in ("dimensions", "model", "schema_version", "alias")},
-                        synced_from=plan.source_model, synced_at=time.time())
+    meta = {k: v for k, v in (old_info.extra if old_info else {}).items()
+            if k not in ("dimensions", "model", "schema_version", "alias")}
+    # a dict, not keywords: a collection synced before carries these keys already
+    meta.update(synced_from=plan.source_model, synced_at=time.time())
+    # named before the switch: a crash between the switch and the drop leaves the next run this name
+    meta[REPLACES] = store.alias_target() or plan.collection
+    target.set_metadata(**meta)
     target.optimize()
     target.flush()
     target.close()  # the embedded target's own lock: readers reach it through the alias from now on

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from .. import modes
 from .sinks import publish, scope_fields
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -96,13 +97,18 @@ def record_pack(pack: Any, settings: Any = None) -> Path | None:
         for i in pack.items
     ]
     written: Path | None = None
+    # private unless MOONMIND_UMASK says otherwise: a pack holds the code it retrieved
+    file_mode = modes.file_mode(settings)
     try:
         if target.parent not in _made_dirs:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            modes.makedirs(target.parent, settings)
             _made_dirs.add(target.parent)
         tmp = target.with_suffix(f".tmp.{os.getpid()}")
         # the pack's JSON without building pydantic's serializer (contracts.json_dump), compact as model_dump_json
-        tmp.write_text(json.dumps(json_dump(pack), ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+        data = json.dumps(json_dump(pack), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, file_mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         tmp.replace(target)
         written = target
     except OSError:
@@ -122,7 +128,7 @@ def record_pack(pack: Any, settings: Any = None) -> Path | None:
     }
     line = json.dumps(crumb, separators=(",", ":"))
     try:
-        fd = os.open(run_dir / BREADCRUMBS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(run_dir / BREADCRUMBS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, file_mode)
         try:
             os.write(fd, (line + "\n").encode("utf-8"))
         finally:

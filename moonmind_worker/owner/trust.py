@@ -101,8 +101,10 @@ def _make_private(path: str) -> None:
     parent = os.path.dirname(os.path.normpath(path))
     if parent and parent != path:
         _make_private(parent)
+    from .. import modes
+
     try:
-        os.mkdir(path, 0o700)
+        os.mkdir(path, modes.dir_mode())  # 0700 unless MOONMIND_UMASK opens it to a group
     except FileExistsError:
         pass  # created meanwhile by another process: checked like any other
 

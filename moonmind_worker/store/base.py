@@ -189,6 +189,10 @@ class Store(Protocol):
         """Delete data no name points at any more."""
         ...
 
+    def has_physical(self, name: str | None) -> bool:
+        """Whether data that `drop_physical(name)` would delete is there (what an interrupted sync left)."""
+        ...
+
 
 class EmbeddedStore(Store, Protocol):
     """What only the in-process engine has: one owning process, which may hold it for good."""

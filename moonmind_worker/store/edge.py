@@ -109,11 +109,13 @@ class EdgeStore:
 
         if self._lock_fd is not None:
             return
+        from .. import modes
         from ..owner import trust
 
+        modes.restrict_process()  # before this process, or the engine in it, creates a file of the store
         # a link planted at owner.lock would make ftruncate below empty the file it points at
         trust.ensure_private_dirs(*trust.store_dirs(self.dir.parent, self.collection))
-        fd = trust.open_private_file(self.dir / "owner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = trust.open_private_file(self.dir / "owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
         # Why wait: an agent's parallel one-shot `rag search` calls each hold the store for a fraction
         # of a second, so the next simply queues behind them (up to ONE_SHOT_QUEUE_S while the holder
         # serves no socket: it is such a command). An owner holds it for good: then the wait ends
@@ -602,6 +604,12 @@ class EdgeStore:
             shutil.rmtree(self.dir / "shard", ignore_errors=True)
         elif name != self.alias_target() and name != self.collection:
             shutil.rmtree(self.dir.parent / name, ignore_errors=True)
+
+    def has_physical(self, name: str | None) -> bool:
+        """Whether data that `drop_physical(name)` would delete is on disk; never what this name serves."""
+        if name is None:
+            return self.alias_target() is not None and (self.dir / "shard").exists()
+        return name not in (self.alias_target(), self.collection) and (self.dir.parent / name).exists()
 
     def flush(self) -> None:
         """Make every write durable; a shard with a write-ahead log (WAL_ON_CREATE) then ends it with an empty entry.

@@ -198,6 +198,12 @@ class QdrantClientStore:
         if name and name != self.alias_target():
             self._call(lambda: self._client.delete_collection(name), "Qdrant delete collection")
 
+    def has_physical(self, name: str | None) -> bool:
+        """Whether a collection no alias points at is there (a plain one is deleted before its name becomes an alias)."""
+        if not name or name == self.alias_target():
+            return False
+        return bool(self._call(lambda: self._client.collection_exists(name), "Qdrant"))
+
     def upsert(self, points: Sequence[PointIn]) -> None:
         from qdrant_client import models as m
 
