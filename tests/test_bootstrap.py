@@ -4,6 +4,7 @@ doctor failure blocking the job, queue events consumed from real Redis, and the 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -144,25 +145,60 @@ def test_doctor_failure_blocks_a_job_that_requires_rag_with_the_remedy(cli, env,
     assert got["doctor_failed"]["blocked"] is True and got["rag_capability_resolved"]["blocked"] is True
 
 
-def test_job_finish_enqueues_the_overlay_clean_for_the_run_and_emits_finished(cli, env, tmp_path, bus):
+@pytest.mark.slow
+def test_job_finish_removes_the_runs_overlay_at_once_with_no_worker_and_tags_every_event_with_the_manifest(
+    prebuilt, cli, env, tmp_path, bus,
+):
+    """Reported: with no owner and no worker the clean was only queued (worker_unavailable), and `overlay_cleaned`
+    from a shell's `job finish --manifest` carried no job, repo or tenant."""
     e = job_env(env)
+    edit = prebuilt / "auth" / "tokens.py"
+    edit.write_text("def rotate_bearer_tokens():\n    return 'rotated'\n")
+    up = cli("rag", "overlay", "upsert", str(edit), "--root", str(prebuilt), "--repo", "demo", "--tenant", "acme",
+             extra_env={**e, "MOONMIND_RUN_ID": "run-42"})
+    assert up.code == 0, up.stderr
+    path = manifest(tmp_path)
+    res = cli("job", "finish", "--manifest", path, "--outcome", "failure", extra_env=e)
+    assert res.code == 0, res.stderr
+    m = json.loads(open(path).read())
+    clean = m["rag"]["overlay_clean"]
+    assert clean["run_id"] == "run-42" and clean["removed"] >= 1, clean
+    listed = cli("rag", "overlay", "list", "--run-id", "run-42", "--json", extra_env=e)
+    assert listed.code == 0 and json.loads(listed.stdout) == []
+    got = bus("overlay_cleaned", "job_rag_finished")
+    cleaned = got["overlay_cleaned"]
+    assert (cleaned["job_id"], cleaned["run_id"], cleaned["repo"], cleaned["tenant"]) == (m["job_id"], "run-42", "demo", "acme")
+    assert got["job_rag_finished"]["outcome"] == "failure" and got["job_rag_finished"]["overlay_clean"] == clean
+
+
+@pytest.mark.slow
+def test_a_gateway_only_worker_queues_the_overlay_clean_instead_of_touching_the_store(cli, env, tmp_path, bus):
+    e = job_env(env, MOONMIND_RETRIEVAL_URL="http://127.0.0.1:9", MOONMIND_RETRIEVAL_FALLBACK="none")
     iq = e["MOONMIND_INDEX_QUEUE"]
     r = redis()
     r.zadd(f"moonmind:consumers:{iq}", {"test@host": time.time()})  # a worker consuming the bulk queue
     try:
         path = manifest(tmp_path)
-        res = cli("job", "finish", "--manifest", path, "--outcome", "failure", extra_env=e)
+        res = cli("job", "finish", "--manifest", path, extra_env=e)
         assert res.code == 0, res.stderr
-        m = json.loads(open(path).read())
-        clean = m["rag"]["overlay_clean"]
+        clean = json.loads(open(path).read())["rag"]["overlay_clean"]
         assert clean["run_id"] == "run-42" and res.stdout.strip().endswith(clean["task_id"])
         message = json.loads(r.lindex(iq, 0))
         assert message["headers"]["task"] == "moonmind.rag.overlay_clean" and message["headers"]["id"] == clean["task_id"]
-        event = bus("job_rag_finished")["job_rag_finished"]
-        assert event["outcome"] == "failure" and event["run_id"] == "run-42"
-        assert event["overlay_clean"]["task_id"] == clean["task_id"]
+        assert bus("job_rag_finished")["job_rag_finished"]["overlay_clean"]["task_id"] == clean["task_id"]
     finally:
         purge(iq)
+
+
+@pytest.mark.slow
+def test_job_start_says_rag_is_not_available_for_a_repository_that_was_never_indexed(prebuilt, cli, env, tmp_path):
+    path = manifest(tmp_path, repo="never-indexed")
+    r = cli("job", "start", "--manifest", path)
+    assert r.code == 0, r.stderr
+    rag = json.loads(open(path).read())["rag"]
+    assert rag["available"] is False and "never-indexed" in rag["reason"]
+    assert "moonmind rag index" in rag["remedy"] and "--repo never-indexed" in rag["remedy"]
+    assert BANNER not in r.stdout
 
 
 def test_a_bad_manifest_is_a_clear_usage_error(cli, env, tmp_path):
@@ -227,6 +263,8 @@ def test_celery_job_task_sees_the_capability_and_its_environment_then_its_overla
         assert app.send_task("test.job.run", kwargs={"manifest": m}, queue=sq).get(timeout=60) == "done"
         got = bus("rag_capability_resolved", "job_rag_finished")
     assert seen == {"capability": "direct-qdrant", "env_job_id": "job-celery", "snippet": SNIPPET}
+    # the worker's environment is its own again: a later task's events carry no job identity
+    assert [v for v in ("MOONMIND_JOB_ID", "MOONMIND_RUN_ID", "MOONMIND_REPO", "MOONMIND_TENANT") if v in os.environ] == []
     assert got["rag_capability_resolved"]["job_id"] == "job-celery"
     assert got["job_rag_finished"]["overlay_clean"] == {"removed": overlay, "run_id": "run-celery"}
     assert store.count(Where(must=(Match("run_id", "run-celery"),))) == 0

@@ -112,6 +112,52 @@ def test_queue_index_and_no_wait_return_a_task_id(stack):
 
 
 @pytest.mark.slow
+def test_a_queued_index_waits_for_the_worker_not_for_the_search_timeout(stack):
+    """Reported: a queued index of Django failed with task_timeout at 30 s while the worker finished at 52 s."""
+    tree = write_tree(stack["base"] / f"tree-{uuid.uuid4().hex[:6]}", {"notes/pool.md": "# Pool\n\nConnections are reused.\n"})
+    r = run({**stack["env"], "MOONMIND_QUEUE_TIMEOUT_S": "0.01"}, "rag", "index", str(tree), "--repo", "pool", "--tenant",
+            "acme", "--execution", "queue", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["files_indexed"] == 1
+
+
+@pytest.mark.slow
+def test_a_no_wait_task_is_read_back_with_task_status(stack):
+    tree = write_tree(stack["base"] / f"tree-{uuid.uuid4().hex[:6]}", {"notes/ttl.md": "# TTL\n\nEntries expire.\n"})
+    sent = run(stack["env"], "rag", "index", str(tree), "--repo", "ttl", "--tenant", "acme", "--execution", "queue",
+               "--no-wait")
+    assert sent.returncode == 0, sent.stderr
+    task_id = sent.stdout.strip()
+    deadline = time.monotonic() + 60
+    status: dict = {}
+    while time.monotonic() < deadline:
+        st = run(stack["env"], "task", "status", task_id, "--json")
+        assert st.returncode == 0, st.stderr
+        status = json.loads(st.stdout)
+        if status["state"] == "SUCCESS":
+            break
+        time.sleep(0.1)
+    assert status["state"] == "SUCCESS" and status["result"]["files_indexed"] == 1
+    text = run(stack["env"], "task", "status", task_id)
+    assert text.returncode == 0 and text.stdout.startswith(f"{task_id}: success")
+
+
+@pytest.mark.slow
+def test_task_status_of_a_failed_task_exits_with_its_error(stack):
+    sent = run(stack["env"], "rag", "index", str(stack["base"] / "no-such-dir"), "--repo", "x", "--execution", "queue",
+               "--no-wait")
+    assert sent.returncode == 0, sent.stderr
+    task_id = sent.stdout.strip()
+    deadline = time.monotonic() + 60
+    st = run(stack["env"], "task", "status", task_id, "--json")
+    while st.returncode == 0 and json.loads(st.stdout)["state"] == "PENDING" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        st = run(stack["env"], "task", "status", task_id, "--json")
+    assert st.returncode == 2, st.stdout + st.stderr
+    assert json.loads(st.stderr.strip().splitlines()[-1])["error"]["code"] == "invalid_argument"
+
+
+@pytest.mark.slow
 def test_no_worker_on_the_queue_is_named_and_nothing_is_sent(stack):
     nobody = f"test-nobody-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()

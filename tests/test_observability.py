@@ -420,7 +420,7 @@ def test_packs_of_runs_idle_past_retention_are_pruned_whole_and_others_kept(mm, 
     r = mm("rag", "packs", "--prune", "--json", extra_env=base)
     assert r.code == 0 and r.json() == {"runs_pruned": 1, "retention_days": 7.0}
     assert not (art / "old-run").exists() and (stranger / "notes.txt").exists()
-    assert mm("rag", "packs", "--run-id", "fresh-run", "--json", extra_env=base).json()  # still listed
+    assert mm("rag", "packs", "--json", extra_env={**base, "MOONMIND_RUN_ID": "fresh-run"}).json()  # still listed
     off = mm("rag", "packs", "--prune", extra_env={**base, "MOONMIND_ARTIFACTS_RETENTION_DAYS": "0"})
     assert off.code == 0 and "nothing pruned" in off.stdout and (art / "fresh-run").exists()
 

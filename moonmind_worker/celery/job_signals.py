@@ -20,7 +20,7 @@ from typing import Any
 from celery import Task, signals
 
 from moonmind_worker.errors import MoonmindError
-from moonmind_worker.jobs.hook import BANNER, finish_job, job_of, start_job
+from moonmind_worker.jobs.hook import BANNER, ENV_FIELDS, finish_job, job_of, start_job
 
 log = logging.getLogger("moonmind.bootstrap")
 
@@ -77,6 +77,7 @@ def on_job_start(sender=None, task_id=None, task=None, args=None, kwargs=None, *
         return
     from moonmind_worker.settings import get_settings
 
+    _saved_environ[task_id] = {var: os.environ.get(var) for var in ENV_FIELDS.values()}
     try:
         start_job(manifest, settings=get_settings())
     except MoonmindError as err:
@@ -99,4 +100,23 @@ def on_job_end(sender=None, task_id=None, task=None, args=None, kwargs=None, sta
     from moonmind_worker.settings import get_settings
 
     outcome = {"SUCCESS": "success", "FAILURE": "failure"}.get(state or "", (state or "unknown").lower())
-    finish_job(manifest, settings=get_settings(), outcome=outcome)
+    try:
+        finish_job(manifest, settings=get_settings(), outcome=outcome)
+    finally:
+        _restore_environ(task_id)
+
+
+#: The job scope variables as they were before each running job task exported its own (task id → values).
+_saved_environ: dict[Any, dict[str, str | None]] = {}
+
+
+def _restore_environ(task_id: Any) -> None:
+    """Put the worker's environment back as it was before the job: no job's identity tags later tasks' events."""
+    saved = _saved_environ.pop(task_id, None)
+    if saved is None:
+        return
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value

@@ -52,19 +52,57 @@ def _validate(model, data: Any, what: str):
         raise RagTaskError("invalid_argument", f"Invalid {what}: {exc.errors()[0]['msg']}.", "Fix the task arguments.") from None
 
 
-def _execute(op: str, args: dict) -> Any:
+def _execute(op: str, args: dict, scope: dict | None = None, progress: Any = None) -> Any:
     """Run `op` where the store is: here when this worker owns it, else on the box's owner (owner/ops.py).
 
     Why not always here: a worker started beside another owner (`moonmind serve`, the gateway)
     cannot open the embedded store; its tasks are then served by that owner instead of failing.
     """
     from moonmind_worker.celery.worker import serve_the_box
+    from moonmind_worker.job_scope import JobScope, confine
+    from moonmind_worker.observe.events import scope_override
     from moonmind_worker.owner.client import execute
     from moonmind_worker.settings import get_settings
 
+    job = None
+    if scope is not None:  # sent from inside a job (`job_scope.task_kwargs`): this worker's settings belong to none
+        job = JobScope.from_wire(scope)
+        args = confine(op, args, job)
     settings = get_settings()
     serve_the_box(settings)  # the owner this worker used may have exited: own the store then
-    return execute(settings, op, args)
+    token = None
+    if job is not None:  # its events (here, or on the box's owner) name the job, not this worker
+        settings = settings.model_copy(update={k: v for k, v in job.event_scope().items() if v})
+        token = scope_override.set(job.event_scope())
+    try:
+        return execute(settings, op, args, progress=progress)
+    finally:
+        if token is not None:
+            scope_override.reset(token)
+
+
+#: A running task's progress is stored at most this often (a caller waiting on it polls the state).
+PROGRESS_EVERY_S = 1.0
+
+
+def _progress_state(task: Any):
+    """A progress callback that stores (done, total[, chunks]) as the task's PROGRESS state for its caller."""
+    import time
+
+    last = [0.0]
+
+    def report(done: int, total: int, chunks: int | None = None) -> None:
+        now = time.monotonic()
+        if done != total and now - last[0] < PROGRESS_EVERY_S:
+            return
+        last[0] = now
+        meta = {"done": done, "total": total, **({} if chunks is None else {"chunks": chunks})}
+        try:
+            task.update_state(state="PROGRESS", meta=meta)
+        except Exception:  # noqa: BLE001 - progress is a courtesy: the index goes on without it
+            pass
+
+    return report
 
 
 def _retry_or_fail(task: Any, err: MoonmindError) -> NoReturn:
@@ -75,10 +113,10 @@ def _retry_or_fail(task: Any, err: MoonmindError) -> NoReturn:
 
 
 @app.task(name=queue_client.SEARCH, bind=True, soft_time_limit=30, time_limit=40)
-def search(self, query: dict) -> dict:
+def search(self, query: dict, scope: dict | None = None) -> dict:
     """RetrievalQuery JSON → ContextPack JSON, through `pipeline.retrieve_context_pack`."""
     try:
-        return _execute("search", {"query": query})  # validated by `contracts.parse_query` where it runs
+        return _execute("search", {"query": query}, scope)  # validated by `contracts.parse_query` where it runs
     except MoonmindError as err:
         raise _fail(err) from None
     except SoftTimeLimitExceeded:
@@ -89,7 +127,7 @@ def search(self, query: dict) -> dict:
 
 
 @app.task(name=queue_client.INDEX, bind=True, soft_time_limit=3600, time_limit=3660, **WRITE_OPTIONS)
-def index(self, request: dict) -> dict:
+def index(self, request: dict, scope: dict | None = None) -> dict:
     """IndexRequest JSON → IndexReport JSON, through `indexer.index_repository` (incremental, idempotent)."""
     from pathlib import Path
 
@@ -102,7 +140,8 @@ def index(self, request: dict) -> dict:
             "Pass a path the worker can read (a shared workspace).",
         )
     try:
-        return _execute("index", {"path": req.path, "repo": req.repo, "tenant": req.tenant})
+        return _execute("index", {"path": req.path, "repo": req.repo, "tenant": req.tenant}, scope,
+                        progress=_progress_state(self))
     except MoonmindError as err:
         _retry_or_fail(self, err)
     except SoftTimeLimitExceeded:
@@ -113,13 +152,13 @@ def index(self, request: dict) -> dict:
 
 
 @app.task(name=queue_client.OVERLAY_UPSERT, bind=True, soft_time_limit=300, time_limit=330, **WRITE_OPTIONS)
-def overlay_upsert(self, request: dict) -> dict:
+def overlay_upsert(self, request: dict, scope: dict | None = None) -> dict:
     """OverlayUpsertRequest JSON → OverlayReport JSON, through `overlay.upsert_overlay` (deterministic ids)."""
     from moonmind_worker.contracts import OverlayReport, OverlayUpsertRequest
 
     req = _validate(OverlayUpsertRequest, request, "overlay upsert request")
     try:
-        report = _execute("overlay_upsert", req.model_dump(mode="json"))
+        report = _execute("overlay_upsert", req.model_dump(mode="json"), scope)
     except MoonmindError as err:
         _retry_or_fail(self, err)
     except SoftTimeLimitExceeded:
@@ -131,9 +170,9 @@ def overlay_upsert(self, request: dict) -> dict:
 
 
 @app.task(name=queue_client.OVERLAY_CLEAN, bind=True, soft_time_limit=120, time_limit=150, **WRITE_OPTIONS)
-def overlay_clean(self, request: dict) -> dict:
+def overlay_clean(self, request: dict, scope: dict | None = None) -> dict:
     """OverlayCleanRequest JSON → OverlayCleanResult JSON, through `overlay.clean_overlay` (a filter delete: idempotent)."""
-    return _clean(self, request)
+    return _clean(self, request, scope)
 
 
 @app.task(name=queue_client.SWEEP, bind=True, soft_time_limit=120, time_limit=150, **WRITE_OPTIONS)
@@ -147,12 +186,12 @@ def sweep_expired_overlays(self) -> dict:
     return SweepResult(**removed, artifacts_pruned=prune_artifacts(get_settings())).model_dump(mode="json")
 
 
-def _clean(task, request: dict) -> dict:
+def _clean(task, request: dict, scope: dict | None = None) -> dict:
     from moonmind_worker.contracts import OverlayCleanRequest, OverlayCleanResult
 
     req = _validate(OverlayCleanRequest, request, "overlay clean request")
     try:
-        result = _execute("overlay_clean", {"run_id": req.run_id, "expired": req.expired})
+        result = _execute("overlay_clean", {"run_id": req.run_id, "expired": req.expired}, scope)
     except MoonmindError as err:
         _retry_or_fail(task, err)
     return OverlayCleanResult(**result).model_dump(mode="json")

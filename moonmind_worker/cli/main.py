@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "moonmind_worker.cli.quality",
     "moonmind_worker.cli.packs",
     "moonmind_worker.cli.job",
+    "moonmind_worker.cli.task",
     "moonmind_worker.cli.sync",
     "moonmind_worker.cli.gateway",
     "moonmind_worker.cli.serve",
@@ -51,6 +52,7 @@ COMMANDS: dict[tuple[str, str], str] = {
     ("worker", "doctor"): "moonmind_worker.cli.worker",
     ("job", "start"): "moonmind_worker.cli.job",
     ("job", "finish"): "moonmind_worker.cli.job",
+    ("task", "status"): "moonmind_worker.cli.task",
     ("gateway", "serve"): "moonmind_worker.cli.gateway",
     ("gateway", "add-token"): "moonmind_worker.cli.gateway",
     ("serve", ""): "moonmind_worker.cli.serve",
@@ -64,6 +66,7 @@ GROUPS = {
     "rag": "retrieval: index, search and related tools",
     "worker": "worker set-up checks",
     "job": "job lifecycle hooks",
+    "task": "queued Celery tasks: read one back",
     "gateway": "the RetrievalGateway HTTP service",
 }
 

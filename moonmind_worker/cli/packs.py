@@ -35,7 +35,9 @@ def cmd_packs(args: argparse.Namespace) -> int:
             sys.stdout.write(f"pruned {removed} run(s) with no search in {days:g} days\n" if days
                              else "retention is off (MOONMIND_ARTIFACTS_RETENTION_DAYS=0): nothing pruned\n")
         return 0
-    run_id = args.run_id or settings.run_id
+    from ..job_scope import within
+
+    run_id = within(settings, "run_id", args.run_id, "listing the packs of") or settings.run_id
     packs = list_packs(run_id, settings)
     if args.json:
         sys.stdout.write(json.dumps(packs, indent=2) + "\n")

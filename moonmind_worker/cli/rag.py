@@ -57,7 +57,8 @@ def add_execution_arguments(p: argparse.ArgumentParser, *, write: bool) -> None:
         help="sync: run in this process; queue: send to a Celery worker and wait (default MOONMIND_RAG_EXECUTION or sync)",
     )
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="queue mode: how long to wait for the worker (default: the latency budget, else MOONMIND_QUEUE_TIMEOUT_S=30)")
+                   help="queue mode: how long to wait for the worker (default: a search's latency budget, else "
+                        "MOONMIND_QUEUE_TIMEOUT_S=30; an index waits until it is done)")
     if write:
         p.add_argument("--no-wait", action="store_true", help="queue mode: print the task id and return at once")
 
@@ -80,11 +81,11 @@ def queue_timeout(args: argparse.Namespace, latency_ms: int | None = None) -> fl
     return get_settings().queue_timeout_s
 
 
-def run_queued(task: str, kwargs: dict, *, queue: str, timeout_s: float, wait: bool = True):
+def run_queued(task: str, kwargs: dict, *, queue: str, timeout_s: float | None, wait: bool = True, progress=None):
     """Send a task to the configured broker: through the box's warm owner when one is up, else from here."""
     from ..transports.queue import enqueue
 
-    return enqueue(task, kwargs, queue=queue, timeout_s=timeout_s, wait=wait)
+    return enqueue(task, kwargs, queue=queue, timeout_s=timeout_s, wait=wait, progress=progress)
 
 
 def print_task_id(task_id: str, args: argparse.Namespace) -> int:
@@ -150,16 +151,12 @@ def refuse_widening(asked: dict[str, str], settings: Any) -> None:
     another run's uncommitted edits. The repository stays a default: a tenant's repositories
     are shared within it. This guards the CLI; a worker that runs untrusted code gets no direct
     store access at all and uses the gateway with a scoped token (docs/celery.md, "Trust model").
+    The rule is `job_scope.within`, which every operation applies again where it runs.
     """
+    from ..job_scope import within
+
     for key in JOB_CEILING:
-        mine, theirs = getattr(settings, key), asked.get(key)
-        wanted = theirs.strip() if isinstance(theirs, str) else theirs
-        if mine and wanted not in (None, "") and wanted != mine:
-            raise MoonmindError(
-                "forbidden",
-                f"This job is scoped to {key} {mine!r}; the filter {key}={wanted!r} would widen it.",
-                f"Search within the job's {key} (drop the filter); a job cannot read another {key}'s data.",
-            )
+        within(settings, key, asked.get(key), "the filter")
 
 
 def query_request(args: argparse.Namespace) -> dict[str, Any]:
@@ -298,7 +295,15 @@ def cmd_index(args: argparse.Namespace) -> int:
         # an IndexRequest, validated by the task on the worker
         request = {"path": str(Path(args.path).resolve()), "repo": args.repo, "tenant": tenant}
         wait = not args.no_wait
-        out = run_queued(INDEX, {"request": request}, queue=settings.index_queue, timeout_s=queue_timeout(args), wait=wait)
+        # an index takes as long as the tree: wait for it (with the worker's progress) unless --timeout says otherwise
+        timeout = queue_timeout(args) if args.timeout is not None else None
+        progress = None
+        if wait:
+            from .progress import reporter
+
+            progress = reporter(interval_s=settings.progress_interval_s)
+        out = run_queued(INDEX, {"request": request}, queue=settings.index_queue, timeout_s=timeout, wait=wait,
+                         progress=progress)
         if not wait:
             return print_task_id(out, args)
         return print_index_report(expect_keys(out, INDEX_REPORT_KEYS, "an IndexReport"), args)

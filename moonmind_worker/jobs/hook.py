@@ -9,9 +9,9 @@ marks a job that must not run without retrieval.
 direct prerequisites pass, otherwise the key is removed and ``job.rag.reason`` says why.
 It records the doctor report, the banner, the prompt snippet and the job environment in
 ``job.rag``, exports MOONMIND_JOB_ID / RUN_ID / REPO / TENANT, and emits
-``rag_capability_resolved`` (and ``doctor_failed``). `finish_job` removes the run's overlay
-(at once when the store's owner serves this box, else by queueing the clean) and emits
-``job_rag_finished``.
+``rag_capability_resolved`` (and ``doctor_failed``); RAG counts as available only when the
+job's repository holds indexed chunks. `finish_job` removes the run's overlay (at once, through
+the box's owner; queued for a gateway-only worker) and emits ``job_rag_finished``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,22 @@ def resolve_capability(report, gateway_only: bool = False) -> tuple[str | None, 
     return None, f"{first.name}: {first.detail}", first.remedy or "Run `moonmind worker doctor` for details."
 
 
+def _indexed_or_why(settings: Settings, repo: str, tenant: str | None) -> tuple[str | None, str | None, str | None]:
+    """(capability, reason, remedy): RAG is available for a job only when its repository holds chunks."""
+    from moonmind_worker.owner.client import execute
+
+    try:
+        held = int(execute(settings, "chunks", {"repo": repo, "tenant": tenant})["chunks"])
+    except MoonmindError as err:
+        return None, f"collection: {err.message}", err.action
+    if held:
+        return DIRECT, None, None
+    where = f"repo={repo}" + (f" tenant={tenant}" if tenant else "")
+    return None, f"repository: nothing is indexed for {where}", (
+        f"Index it first: `moonmind rag index PATH --repo {repo}" + (f" --tenant {tenant}" if tenant else "") + "`."
+    )
+
+
 def start_job(
     manifest: dict[str, Any],
     *,
@@ -100,6 +116,8 @@ def start_job(
     report = run_checks(settings)
     gateway_only = bool(settings.retrieval_url) and settings.retrieval_fallback == "none"
     capability, reason, remedy = resolve_capability(report, gateway_only)
+    if capability == DIRECT and scope.get("repo"):
+        capability, reason, remedy = _indexed_or_why(settings, scope["repo"], scope.get("tenant"))
     required = requires_rag(job)
     blocked = required and (capability is None or not report.ok)
     if blocked and reason is None:
@@ -150,41 +168,54 @@ def finish_job(
     outcome: str = "success",
     enqueue=None,
 ) -> dict[str, Any]:
-    """Enqueue the overlay clean for the job's run, record it in `job.rag`, emit `job_rag_finished`."""
+    """Remove the job's run overlay, record it in `job.rag`, emit `job_rag_finished`.
+
+    The run's overlay is removed at once through the box's owner (or in this process); it is queued
+    only for a worker that must not touch the store (gateway-only), or when `enqueue` is given, or
+    when the direct clean fails. Every event of it carries the manifest's job, run, repo and tenant,
+    whoever runs it (a shell's `job finish --manifest` has none of them in its environment).
+    """
     job = job_of(manifest)
     scope = {k: str(job[k]) for k in ENV_FIELDS if job.get(k) not in (None, "")}
+    job_settings = settings.model_copy(update=scope)
     rag = job.setdefault("rag", {})
     clean: dict[str, Any]
     run_id = scope.get("run_id")
-    if not run_id:
-        clean = {"skipped": "the manifest has no run_id"}
-    else:
-        try:
-            done = clean_overlay_now(run_id, settings) if enqueue is None else None
-            if done is None:
-                task_id = (enqueue or enqueue_overlay_clean)(run_id, settings)
-                done = {"task_id": task_id, "run_id": run_id}
-            clean = done
-        except MoonmindError as err:
-            clean = {"error": err.code, "message": err.message, "action": err.action, "run_id": run_id}
-    rag["overlay_clean"] = clean
-    rag["finished_at"] = utc_timestamp()
-    rag["outcome"] = outcome
-    events.publish("job_rag_finished", **scope, outcome=outcome, overlay_clean=clean)
+    token = events.scope_override.set({k: scope.get(k) for k in ENV_FIELDS})
+    try:
+        if not run_id:
+            clean = {"skipped": "the manifest has no run_id"}
+        else:
+            clean = _clean_run(run_id, job_settings, enqueue)
+        rag["overlay_clean"] = clean
+        rag["finished_at"] = utc_timestamp()
+        rag["outcome"] = outcome
+        events.publish("job_rag_finished", **scope, outcome=outcome, overlay_clean=clean)
+    finally:
+        events.scope_override.reset(token)
     return manifest
 
 
-def clean_overlay_now(run_id: str, settings: Settings) -> dict[str, Any] | None:
-    """Remove the run's overlay at once when the embedded store's owner is this process or alive on this box.
+def _clean_run(run_id: str, settings: Settings, enqueue=None) -> dict[str, Any]:
+    gateway_only = bool(settings.retrieval_url) and settings.retrieval_fallback == "none"
+    direct_error = None
+    if enqueue is None and not gateway_only:
+        try:
+            return clean_overlay_now(run_id, settings)
+        except MoonmindError as err:
+            direct_error = err
+    try:
+        task_id = (enqueue or enqueue_overlay_clean)(run_id, settings)
+        return {"task_id": task_id, "run_id": run_id}
+    except MoonmindError as err:
+        failed = direct_error or err
+        return {"error": failed.code, "message": failed.message, "action": failed.action, "run_id": run_id}
 
-    Why not always queue: with an owner that is not a Celery worker (`moonmind serve`,
-    the gateway), nothing would consume the queued clean; the owner is right here.
-    None when no owner serves the box (then the clean is queued).
-    """
-    from moonmind_worker.owner.client import execute, serves_here
 
-    if not serves_here(settings):
-        return None
+def clean_overlay_now(run_id: str, settings: Settings) -> dict[str, Any]:
+    """Remove the run's overlay now: through the box's owner (started if need be), or in this process."""
+    from moonmind_worker.owner.client import execute
+
     out = execute(settings, "overlay_clean", {"run_id": run_id, "expired": False})
     return {"removed": int(out["removed"]), "run_id": run_id}
 

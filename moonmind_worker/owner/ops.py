@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import MoonmindError
+from ..job_scope import confine
 
 Progress = Callable[..., None] | None  # (done, total[, chunks])
 
@@ -115,6 +116,17 @@ def stats(settings, args: dict[str, Any], progress: Progress = None) -> dict[str
     return {"stats": result.to_dict(), "text": format_stats(result)}
 
 
+def chunks(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """How many canonical chunks a repository holds (in one tenant, or all): what `job start` checks."""
+    from ..store.scopes import canonical_repo
+
+    embedder, store = _resources(settings)
+    from ..store.guardrails import check_collection
+
+    check_collection(store, embedder)
+    return {"chunks": store.count(canonical_repo(str(args["repo"]), args.get("tenant") or None))}
+
+
 def checks(settings, args: dict[str, Any], progress: Progress = None) -> list[dict[str, Any]]:
     """The doctor's direct checks (embedding, store, collection, model, a real query) run by this process."""
     from ..jobs.doctor import direct_checks
@@ -142,9 +154,11 @@ def enqueue(settings, args: dict[str, Any], progress: Progress = None) -> Any:
     """
     from ..transports.queue_client import run_task
 
+    timeout = args.get("timeout_s")
     return run_task(
         str(args["task"]), dict(args["kwargs"]), queue=str(args["queue"]), broker_url=settings.celery_broker_url,
-        backend_url=settings.result_backend, timeout_s=float(args["timeout_s"]), wait=bool(args.get("wait", True)),
+        backend_url=settings.result_backend, timeout_s=None if timeout is None else float(timeout),
+        wait=bool(args.get("wait", True)), progress=progress if args.get("progress") else None,
     )
 
 
@@ -156,6 +170,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "overlay_list": overlay_list,
     "stats": stats,
     "checks": checks,
+    "chunks": chunks,
     "sync_embedding": sync_embedding,
     "enqueue": enqueue,
 }
@@ -168,6 +183,8 @@ def run(op: str, args: dict[str, Any], settings, *, progress: Progress = None) -
     if fn is None:
         raise MoonmindError("invalid_argument", f"Unknown operation {op!r}.",
                             "Use the same moonmind-worker version for the CLI and the owner.")
+    # here, where every transport's operation runs (one-shot, owner, worker): a job's scope is a ceiling
+    args = confine(op, args, settings)
     if op in WRITES:
         with _WRITES:
             return fn(settings, args, progress)

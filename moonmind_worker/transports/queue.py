@@ -28,8 +28,8 @@ class QueueTransport:
         return expect_keys(data, PACK_KEYS, "a ContextPack")
 
 
-def enqueue(task: str, kwargs: dict[str, Any], *, queue: str, timeout_s: float, wait: bool = True,
-            settings: Any = None) -> Any:
+def enqueue(task: str, kwargs: dict[str, Any], *, queue: str, timeout_s: float | None, wait: bool = True,
+            settings: Any = None, progress: Any = None) -> Any:
     """`queue_client.run_task` run by the box's warm owner when one is up (Celery loaded, connections open),
     else in this process; with the caller's broker settings either way."""
     from ..owner.client import execute
@@ -38,5 +38,7 @@ def enqueue(task: str, kwargs: dict[str, Any], *, queue: str, timeout_s: float, 
         from ..settings import get_settings
 
         settings = get_settings()
-    args = {"task": task, "kwargs": kwargs, "queue": queue, "timeout_s": timeout_s, "wait": wait}
-    return execute(settings, "enqueue", args, timeout_s=timeout_s + 5.0, start_owner=False)
+    args = {"task": task, "kwargs": kwargs, "queue": queue, "timeout_s": timeout_s, "wait": wait,
+            "progress": progress is not None}
+    return execute(settings, "enqueue", args, timeout_s=None if timeout_s is None else timeout_s + 5.0,
+                   start_owner=False, progress=progress)

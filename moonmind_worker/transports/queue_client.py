@@ -114,16 +114,19 @@ def run_task(
     queue: str,
     broker_url: str,
     backend_url: str,
-    timeout_s: float,
+    timeout_s: float | None,
     wait: bool = True,
+    progress: Any = None,
 ) -> Any:
     """Send `task(**kwargs)` to `queue`; return the task id (wait=False) or its JSON result.
 
+    `timeout_s` None: wait as long as the task runs (an index of a large tree), reporting the
+    worker's progress to `progress(done, total[, chunks])` as it comes.
     Raises MoonmindError: `broker_unreachable`, `worker_unavailable` (nobody consumes the
     queue; nothing was sent), `task_timeout` (sent, no result in time; the message expires
     so a late worker does not run it), or the task's own error code when it failed.
     """
-    deadline = time.monotonic() + timeout_s
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     app = client_app(broker_url, backend_url)
     broker_down = _broker_errors(app)
     try:
@@ -141,12 +144,12 @@ def run_task(
         _check_backend(app, backend_url)
     try:
         result = app.send_task(task, kwargs=kwargs, queue=queue, task_id=str(uuid.uuid4()),
-                               expires=timeout_s if wait else None, retry=False)
+                               expires=timeout_s if wait and timeout_s is not None else None, retry=False)
     except broker_down as exc:
         raise broker_unreachable(broker_url, exc) from None
     if not wait:
         return result.id
-    return wait_for(result, task, queue, deadline, timeout_s, backend_url)
+    return wait_for(result, task, queue, deadline, timeout_s, backend_url, progress)
 
 
 def _redis_errors() -> type[BaseException]:
@@ -176,23 +179,30 @@ def _check_backend(app, backend_url: str) -> None:
         )
 
 
-def wait_for(result, task: str, queue: str, deadline: float, timeout_s: float, backend_url: str) -> Any:
+#: How often a wait looks at the task's progress (a worker reports it with the PROGRESS state).
+POLL_S = 0.5
+
+
+def wait_for(result, task: str, queue: str, deadline: float | None, timeout_s: float | None, backend_url: str,
+             progress: Any = None) -> Any:
     """The task's JSON result, or its error as a MoonmindError."""
     from celery.exceptions import TimeoutError as ResultTimeout
 
-    remaining = max(deadline - time.monotonic(), 0.001)
     unreachable: tuple[type[BaseException], ...] = (OSError, _redis_errors(), *_backend_errors(result))
     try:
-        value = result.get(timeout=remaining, propagate=False, disable_sync_subtasks=False)
-        state = result.state
-    except ResultTimeout:
-        raise MoonmindError(
-            "task_timeout",
-            f"No result from the worker within {timeout_s:g}s (task {result.id} on queue {queue!r}).",
-            "The worker is busy or stuck: raise the timeout (--timeout, --budget latency_ms=… for a search, or "
-            "MOONMIND_QUEUE_TIMEOUT_S), check the worker's log, or use --execution sync.",
-            task_id=result.id,
-        ) from None
+        while True:
+            step = POLL_S if progress is not None else None
+            if deadline is not None:
+                remaining = max(deadline - time.monotonic(), 0.001)
+                step = remaining if step is None else min(step, remaining)
+            try:
+                value = result.get(timeout=step, propagate=False, disable_sync_subtasks=False)
+                state = result.state
+                break
+            except ResultTimeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _timed_out(result, queue, timeout_s) from None
+                _report(result, progress)
     except unreachable as exc:
         raise broker_unreachable(backend_url, exc, "backend") from None
     try:
@@ -202,6 +212,46 @@ def wait_for(result, task: str, queue: str, deadline: float, timeout_s: float, b
     if state == "SUCCESS":
         return value
     raise task_error(value, task, state)
+
+
+def _report(result, progress: Any) -> None:
+    if progress is None or result.state != "PROGRESS" or not isinstance(result.info, dict):
+        return
+    info = result.info
+    done, total = int(info.get("done", 0)), int(info.get("total", 0))
+    progress(done, total, *([int(info["chunks"])] if "chunks" in info else []))
+
+
+def _timed_out(result, queue: str, timeout_s: float | None) -> MoonmindError:
+    return MoonmindError(
+        "task_timeout",
+        f"No result from the worker within {timeout_s:g}s (task {result.id} on queue {queue!r}); it may still be running.",
+        f"Read it back later with `moonmind task status {result.id}`; raise --timeout (or MOONMIND_QUEUE_TIMEOUT_S, "
+        "or --budget latency_ms=… for a search), check the worker's log, or use --execution sync.",
+        task_id=result.id,
+    )
+
+
+def task_status(task_id: str, *, broker_url: str, backend_url: str) -> dict[str, Any]:
+    """What the result backend knows of a task sent earlier (`--no-wait`): its state, and its result or error."""
+    app = client_app(broker_url, backend_url)
+    _check_backend(app, backend_url)
+    result = app.AsyncResult(task_id)
+    unreachable: tuple[type[BaseException], ...] = (OSError, _redis_errors(), *_backend_errors(result))
+    try:
+        state = result.state
+        info = result.info
+    except unreachable as exc:
+        raise broker_unreachable(backend_url, exc, "backend") from None
+    out: dict[str, Any] = {"task_id": task_id, "state": state}
+    if state == "SUCCESS":
+        out["result"] = info
+    elif state in ("FAILURE", "REVOKED"):
+        err = task_error(info, "the task", state)
+        out["error"] = {"code": err.code, "message": err.message, "action": err.action}
+    elif state == "PROGRESS" and isinstance(info, dict):
+        out["progress"] = info
+    return out
 
 
 def _backend_errors(result) -> tuple[type[BaseException], ...]:
