@@ -81,7 +81,18 @@ def codes_that(trait: str) -> frozenset[str]:
 
 
 class MoonmindError(Exception):
-    """A failure with a stable code and a remedy; never carries a secret."""
+    """A failure with a stable code and a remedy; never carries a secret.
+
+    `MoonmindError(code, …)` is an instance of that code's class in the tree below (as httpx
+    derives its exception tree): its exit class (`UsageError`, `ConfigError`, `ConnectivityError`,
+    `BudgetError`, `InternalError`) and its traits (`TransientError`, `FallbackError`,
+    `CallerError`), all derived from CODES, so callers catch by type: `except TransientError`.
+    """
+
+    def __new__(cls, code: str = "internal_error", *args: object, **details: object) -> "MoonmindError":
+        if cls is MoonmindError:
+            cls = _CLASSES.get(code, MoonmindError)
+        return super().__new__(cls)
 
     def __init__(self, code: str, message: str, action: str, **details: object) -> None:
         if code not in CODES:
@@ -96,6 +107,9 @@ class MoonmindError(Exception):
     def exit_code(self) -> int:
         return CODES[self.code][0]
 
+    def __reduce__(self):  # pickled across processes (index workers) by its triple, whatever its class
+        return (_rebuild, (self.code, self.message, self.action, self.details))
+
     @property
     def http_status(self) -> int:
         return CODES[self.code][1]
@@ -105,6 +119,62 @@ class MoonmindError(Exception):
         if secrets:
             body = {k: redact(v, secrets) for k, v in body.items()}
         return {"error": body}
+
+
+class UsageError(MoonmindError):
+    """The caller's input or setting is wrong (exit 2)."""
+
+
+class ConfigError(MoonmindError):
+    """The deployment is not ready for the request: credentials, collection, store ownership (exit 3)."""
+
+
+class ConnectivityError(MoonmindError):
+    """A service did not answer, refused, or said no (exit 4)."""
+
+
+class BudgetError(MoonmindError):
+    """A latency, token or time budget ran out (exit 5)."""
+
+
+class InternalError(MoonmindError):
+    """A bug or an unexpected failure (exit 1)."""
+
+
+class TransientError(MoonmindError):
+    """The service may be back in a moment: a Celery write task retries it with backoff and jitter."""
+
+
+class FallbackError(MoonmindError):
+    """A gateway failure after which the CLI may retry direct."""
+
+
+class CallerError(MoonmindError):
+    """A gateway tells a remote caller this one as it is."""
+
+
+_EXIT_CLASSES = {EXIT_USAGE: UsageError, EXIT_CONFIG: ConfigError, EXIT_CONNECTIVITY: ConnectivityError,
+                 EXIT_BUDGET: BudgetError, EXIT_INTERNAL: InternalError}
+_TRAIT_CLASSES = {"transient": TransientError, "fallback": FallbackError, "caller": CallerError}
+
+
+def _class_for(code: str, row: Code) -> type[MoonmindError]:
+    bases = (_EXIT_CLASSES[row.exit], *(_TRAIT_CLASSES[t] for t in sorted(row.traits)))
+    name = "".join(part.capitalize() for part in code.split("_")) + "Error"
+    return type(name, bases, {"__module__": __name__, "__doc__": f"The `{code}` error (errors.CODES)."})
+
+
+#: code -> its class in the tree (e.g. "store_busy" -> StoreBusyError(ConfigError, TransientError)).
+_CLASSES: dict[str, type[MoonmindError]] = {code: _class_for(code, row) for code, row in CODES.items()}
+
+
+def _rebuild(code: str, message: str, action: str, details: dict) -> MoonmindError:
+    return MoonmindError(code, message, action, **details)
+
+
+def error_class(code: str) -> type[MoonmindError]:
+    """The class a MoonmindError of `code` is an instance of."""
+    return _CLASSES[code]
 
 
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
@@ -159,3 +229,13 @@ class RagTaskError(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+class TransientTaskError(RagTaskError):
+    """A task failure worth retrying (a `TransientError`): write tasks list it in `autoretry_for`."""
+
+
+def task_error(err: MoonmindError) -> RagTaskError:
+    """A MoonmindError as the exception a Celery task raises (transient ones are retried)."""
+    kind = TransientTaskError if isinstance(err, TransientError) else RagTaskError
+    return kind(err.code, err.message, err.action)

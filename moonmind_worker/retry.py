@@ -6,6 +6,7 @@ bounded by the caller's deadline, keeps their behaviour the same.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Callable, TypeVar
 
@@ -34,9 +35,10 @@ def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple
     if isinstance(exc, MoonmindError):
         return False, exc
     name = type(exc).__name__
+    kinds = _library_errors()
     status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
     text = str(exc).lower()
-    if status == 429 or name == "RateLimitError":
+    if status == 429 or isinstance(exc, kinds["rate"]):
         if "quota" in text or "insufficient_quota" in text or "exhausted" in text:
             return False, MoonmindError(
                 "quota_exhausted",
@@ -44,11 +46,11 @@ def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple
                 "Wait for the quota to reset, raise it with the provider, or switch provider/model.",
             )
         return True, MoonmindError(failed, f"{what}: rate limited (HTTP 429).", "Retry later or lower the request rate.")
-    if status in (401,) or name == "AuthenticationError":
+    if status in (401,) or isinstance(exc, kinds["auth"]):
         return False, MoonmindError(
             "unauthenticated", f"{what}: the credential was rejected (HTTP 401).", key_remedy
         )
-    if status in (403,) or name == "PermissionDeniedError":
+    if status in (403,) or isinstance(exc, kinds["denied"]):
         return False, MoonmindError(
             "forbidden", f"{what}: access denied (HTTP 403).", denied_remedy
         )
@@ -67,11 +69,37 @@ def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple
             f"{what}: request rejected (HTTP {status}).",
             "Check the model name and dimensions configured for this provider.",
         )
-    connect_names = ("APIConnectionError", "APITimeoutError", "ConnectError", "ConnectTimeout", "ReadTimeout",
-                     "ResponseHandlingException", "RpcError", "_InactiveRpcError")
-    if name in connect_names or isinstance(exc, (ConnectionError, TimeoutError)):
+    if isinstance(exc, kinds["connect"]):
         return True, MoonmindError(failed, f"{what}: cannot connect ({name}).", f"Check {where}, then retry.")
     return False, MoonmindError(failed, f"{what}: failed ({name}).", f"Check {where}.")
+
+
+def _library_errors() -> dict[str, tuple[type[BaseException], ...]]:
+    """The client libraries' exception types by what they mean, for those this process has loaded.
+
+    Why `sys.modules`: an exception from a library means the library is loaded; one that is not
+    cannot have raised anything, and importing it here would cost every process its import.
+    """
+    rate: list[type[BaseException]] = []
+    auth: list[type[BaseException]] = []
+    denied: list[type[BaseException]] = []
+    connect: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    openai = sys.modules.get("openai")
+    if openai is not None:
+        rate.append(openai.RateLimitError)
+        auth.append(openai.AuthenticationError)
+        denied.append(openai.PermissionDeniedError)
+        connect.append(openai.APIConnectionError)  # APITimeoutError derives from it
+    httpx = sys.modules.get("httpx")
+    if httpx is not None:
+        connect.append(httpx.TransportError)  # connect, read, write and pool timeouts and errors
+    qdrant = sys.modules.get("qdrant_client.http.exceptions")
+    if qdrant is not None:
+        connect.append(qdrant.ResponseHandlingException)
+    grpc = sys.modules.get("grpc")
+    if grpc is not None:
+        connect.append(grpc.RpcError)
+    return {"rate": tuple(rate), "auth": tuple(auth), "denied": tuple(denied), "connect": tuple(connect)}
 
 
 def call_with_retries(

@@ -20,29 +20,31 @@ Delivery semantics:
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from moonmind_worker.errors import MoonmindError, RagTaskError, codes_that
+from moonmind_worker.errors import MoonmindError, RagTaskError, TransientTaskError, task_error
 from moonmind_worker.transports import queue_client
 
 from .worker import app
 
-#: Error codes worth a task-level retry (the service may be back in a moment): a column of errors.CODES.
-TRANSIENT_CODES = codes_that("transient")
-
+#: Write tasks: redelivered when their worker dies (their writes are idempotent), and retried by
+#: Celery itself on a transient failure (errors.TransientError), with exponential backoff and jitter.
 WRITE_OPTIONS: dict[str, Any] = {
     "acks_late": True,
     "reject_on_worker_lost": True,
+    "autoretry_for": (TransientTaskError,),
     "max_retries": 4,
-    "default_retry_delay": 2,
+    "retry_backoff": 2,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
 }
 
 
 def _fail(err: MoonmindError) -> RagTaskError:
-    return RagTaskError(err.code, err.message, err.action)
+    return task_error(err)
 
 
 def _validate(model, data: Any, what: str):
@@ -105,13 +107,6 @@ def _progress_state(task: Any):
     return report
 
 
-def _retry_or_fail(task: Any, err: MoonmindError) -> NoReturn:
-    """Retry transient failures with exponential backoff (2, 4, 8, 16 s); fail the rest at once."""
-    if err.code in TRANSIENT_CODES and task.request.retries < task.max_retries:
-        raise task.retry(countdown=2 ** (task.request.retries + 1), exc=_fail(err))
-    raise _fail(err)
-
-
 @app.task(name=queue_client.SEARCH, bind=True, soft_time_limit=30, time_limit=40)
 def search(self, query: dict, scope: dict | None = None) -> dict:
     """RetrievalQuery JSON → ContextPack JSON, through `pipeline.retrieve_context_pack`."""
@@ -143,7 +138,7 @@ def index(self, request: dict, scope: dict | None = None) -> dict:
         return _execute("index", {"path": req.path, "repo": req.repo, "tenant": req.tenant}, scope,
                         progress=_progress_state(self))
     except MoonmindError as err:
-        _retry_or_fail(self, err)
+        raise _fail(err) from None
     except SoftTimeLimitExceeded:
         raise RagTaskError(
             "task_timeout", "Indexing hit the worker's time limit (1 h); progress is kept.",
@@ -160,7 +155,7 @@ def overlay_upsert(self, request: dict, scope: dict | None = None) -> dict:
     try:
         report = _execute("overlay_upsert", req.model_dump(mode="json"), scope)
     except MoonmindError as err:
-        _retry_or_fail(self, err)
+        raise _fail(err) from None
     except SoftTimeLimitExceeded:
         raise RagTaskError(
             "task_timeout", "The overlay upsert hit the worker's time limit (5 min).",
@@ -193,6 +188,6 @@ def _clean(task, request: dict, scope: dict | None = None) -> dict:
     try:
         result = _execute("overlay_clean", {"run_id": req.run_id, "expired": req.expired}, scope)
     except MoonmindError as err:
-        _retry_or_fail(task, err)
+        raise _fail(err) from None
     return OverlayCleanResult(**result).model_dump(mode="json")
 
