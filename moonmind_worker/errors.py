@@ -51,6 +51,8 @@ CODES: "dict[str, Code]" = {
     "embedding_model_mismatch": Code(EXIT_CONFIG, 500, _is(), "embedding_mismatch"),
     "schema_unsupported": Code(EXIT_CONFIG, 500, _is(), "collection_not_ready"),
     "store_busy": Code(EXIT_CONFIG, 503, _is("transient"), "store_unavailable"),
+    # the store's filesystem has no room for a write (or an open that must write): the operator's to free
+    "disk_full": Code(EXIT_CONFIG, 507, _is(), "store_unavailable"),
     "qdrant_unreachable": Code(EXIT_CONNECTIVITY, 500, _is("transient"), "store_unavailable"),
     # as a store's or embedding provider's answer; the gateway's own 401 is answered before any of this
     "unauthenticated": Code(EXIT_CONNECTIVITY, 401, _is(), "embedder_unavailable"),
@@ -103,12 +105,12 @@ class MoonmindError(Exception):
         self.action = action
         self.details = details
 
+    def __reduce__(self):  # pickled across processes (index workers) by its triple, whatever its class
+        return (_rebuild, (self.code, self.message, self.action, self.details))
+
     @property
     def exit_code(self) -> int:
         return CODES[self.code][0]
-
-    def __reduce__(self):  # pickled across processes (index workers) by its triple, whatever its class
-        return (_rebuild, (self.code, self.message, self.action, self.details))
 
     @property
     def http_status(self) -> int:
@@ -214,6 +216,71 @@ def has_surrogate(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def disk_full(where: object, free: int, need: int | None, doing: str, said: str = "") -> MoonmindError:
+    """`disk_full` for `doing` (e.g. "writing 64 chunks") at `where`: free and needed bytes, and what to do.
+
+    `said`: the storage engine's own words, when it is the one that ran out of room.
+    """
+    need_s = f"; it needs about {_mib(need)}" if need else ""
+    said_s = f" (the engine: {said})" if said else ""
+    more = f" (at least {_mib(need - free, up=True)} more)" if need and need > free else ""
+    return MoonmindError(
+        "disk_full",
+        f"No room for {doing} on the filesystem of {where}: {_mib(free)} free{need_s}{said_s}.",
+        f"Free space on that filesystem{more}, or move MOONMIND_HOME (with what it holds) to one with room, then retry: "
+        "what is stored is intact, and a new index run resumes where this one stopped.",
+    )
+
+
+#: What the storage engine says when it runs out of room (it raises a bare Exception: its text is all there is).
+#: (Patterns, compiled on first use: this module is on every command's path.)
+_NO_ROOM = r"No space left on device|Not enough space|Disk quota exceeded|os error (?:28|122)\b"
+_NEEDED = r"needed: ([\d.]+) (KiB|MiB|GiB|B)\b"
+
+
+def disk_full_from(exc: BaseException, where: object, doing: str) -> "MoonmindError | None":
+    """`disk_full` for an exception that says the disk is full (ENOSPC/EDQUOT, or the engine's words), else None."""
+    import errno
+
+    if isinstance(exc, MoonmindError):
+        return None
+    if isinstance(exc, OSError):
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return None
+        where = exc.filename or where
+        return disk_full(where, free_bytes(where), None, doing)
+    said = str(exc)
+    if not re.search(_NO_ROOM, said):
+        return None
+    need = None
+    m = re.search(_NEEDED, said)
+    if m:
+        need = int(float(m.group(1)) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m.group(2)])
+    said = said.removeprefix("Service runtime error: ")
+    return disk_full(where, free_bytes(where), need, doing, said=said[:300])
+
+
+def free_bytes(where: object) -> int:
+    """Bytes an unprivileged write may still take on the filesystem of `where` (its nearest existing parent)."""
+    import os
+
+    path = os.path.abspath(str(where))
+    while True:
+        try:
+            st = os.statvfs(path)
+            return st.f_bavail * st.f_frsize
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return 0
+            path = parent
+
+
+def _mib(n: int, up: bool = False) -> str:
+    tenths = -(-n * 10 // (1 << 20)) if up else round(n * 10 / (1 << 20))  # up: never "0.0 MiB more"
+    return f"{tenths / 10:.1f} MiB"
 
 
 def invalid_query(message: str, action: str = "Fix the query or flags and retry.") -> MoonmindError:

@@ -179,3 +179,23 @@ def test_doctor_and_the_job_hook_on_rabbitmq(worker, tmp_path):
     assert started.returncode == 0, started.stdout + started.stderr
     finished = run(e, "job", "finish", "--manifest", str(manifest))
     assert finished.returncode == 0, finished.stdout + finished.stderr
+
+
+def test_beat_schedules_the_overlay_sweep_on_rabbitmq(env, prebuilt, tmp_path):
+    sq, iq = unique_queues()
+    e = {**amqp_env(env, sq, iq), "MOONMIND_OVERLAY_SWEEP_INTERVAL_S": "1"}
+    log = tmp_path / "worker.log"
+    proc = start_worker_process(e, [sq, iq], log, "-B", "-s", str(tmp_path / "beat-schedule"))
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and "sweep_expired_overlays" not in _succeeded(log):
+            assert proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.2)
+        assert "sweep_expired_overlays" in _succeeded(log), log.read_text()[-3000:]
+    finally:
+        stop(proc)
+        delete_queues(sq, iq)
+
+
+def _succeeded(log) -> str:
+    return "\n".join(line for line in log.read_text(errors="replace").splitlines() if "succeeded in" in line)

@@ -243,6 +243,12 @@ def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:
     except Exception as exc:  # noqa: BLE001 - no traceback reaches the user
         if os.environ.get("MOONMIND_DEBUG"):
             raise
+        from ..errors import disk_full_from
+
+        full = disk_full_from(exc, os.environ.get("MOONMIND_HOME") or os.getcwd(), "a write")
+        if full is not None:  # a write outside the store (its lock, a pack, a report) found the disk full
+            print_error(full, as_json)
+            return full.exit_code
         print_error(MoonmindError(
             "internal_error",
             f"Unexpected {type(exc).__name__}.",

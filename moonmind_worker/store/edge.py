@@ -6,19 +6,21 @@ dimension, payload schema version) lives in `meta.json` beside the shard.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
 import time
 import uuid
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 if TYPE_CHECKING:
     import numpy as np
 
-from ..errors import MoonmindError
+from ..errors import MoonmindError, disk_full, disk_full_from, free_bytes
 from .base import (
     DENSE,
     PAYLOAD_CACHE_POINTS,
@@ -67,6 +69,23 @@ INDEXING_KB = 10_000
 WAL_ON_CREATE = False
 #: How long a command queues behind one-shot commands holding the store (they hold it for a moment each).
 ONE_SHOT_QUEUE_S = 60.0
+
+# Disk space. Why checked here: the engine writes through memory maps, and a page it cannot back is
+# a SIGBUS that kills the process with no message, where a write call would have returned an error.
+#: Room every write leaves free beyond its own estimate: the engine grows files by whole pages and
+#: rewrites small ones (its config, segment versions) as it goes.
+SPACE_MARGIN = 8 << 20
+#: How many times a batch's own bytes (vectors, payload text) it may take on disk: each point also
+#: lands in the id tracker, the sparse index and every payload index.
+BATCH_FACTOR = 2
+#: What a new shard takes before its first point (the payload indexes' bitmaps are written whole).
+CREATE_BYTES = 16 << 20
+#: Below this much free space an open first adds up what it may fill (a walk of the shard's files).
+CAREFUL_BELOW = 256 << 20
+#: statfs(2)'s f_type of tmpfs: a page read there through a mapping, even a hole's, takes the filesystem's memory.
+TMPFS_MAGIC = 0x01021994
+#: The smallest file the engine maps, preallocated (see _holes).
+MAPPED_MIN = 1 << 20
 
 
 class EdgeStore:
@@ -142,8 +161,16 @@ class EdgeStore:
                     "serve`), moonmind commands use it by themselves unless MOONMIND_OWNER=off; otherwise stop it, "
                     "or point QDRANT_URL at a Qdrant server for many processes.",
                 ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        mine = str(os.getpid()).encode()
+        try:
+            # over the old PID, then cut: a file emptied first needs a new block, which a full disk lacks
+            os.pwrite(fd, mine, 0)
+            os.ftruncate(fd, len(mine))
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                os.close(fd)
+                raise
+            # the PID only names the holder in store_busy's message; the lock is held without it
         self._lock_fd = fd
 
     def hold(self, wait_s: float | None = None) -> Path:
@@ -237,6 +264,7 @@ class EdgeStore:
             import shutil
 
             shutil.rmtree(self.data_dir / "shard")
+        self._room(CREATE_BYTES, "creating the store")
         # Why Cached for the graph, the sparse index and the payload indexes (the engine's defaults pin
         # them in RAM): pinned, every open copies them onto the heap (the sparse index, and a map per
         # payload field), a cost that grows with the index and that a one-shot search pays whole;
@@ -251,15 +279,16 @@ class EdgeStore:
             optimizers=_optimizers(),
             wal_enabled=None if WAL_ON_CREATE else False,
         )
-        shard = EdgeShard.create(str(self.data_dir / "shard"), config)
-        for name, kind in PAYLOAD_INDEXES:
-            params: Any = {
-                "tenant": KeywordIndexParams(is_tenant=True, memory=cached),
-                "keyword": KeywordIndexParams(memory=cached),
-                "float": FloatIndexParams(memory=cached),
-            }[kind]
-            shard.update(UpdateOperation.create_field_index(name, params))
-        shard.flush()
+        with self._no_room("creating the store"):
+            shard = EdgeShard.create(str(self.data_dir / "shard"), config)
+            for name, kind in PAYLOAD_INDEXES:
+                params: Any = {
+                    "tenant": KeywordIndexParams(is_tenant=True, memory=cached),
+                    "keyword": KeywordIndexParams(memory=cached),
+                    "float": FloatIndexParams(memory=cached),
+                }[kind]
+                shard.update(UpdateOperation.create_field_index(name, params))
+            shard.flush()
         self._shard = shard
         self._wal = WAL_ON_CREATE
         self._write_meta(
@@ -269,7 +298,8 @@ class EdgeStore:
     def _write_meta(self, meta: dict[str, Any]) -> None:
         self._forget_cached()
         tmp = self._meta_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        with self._no_room("writing the store's metadata"):
+            tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
         tmp.replace(self._meta_path)
 
     def set_metadata(self, **meta: Any) -> None:
@@ -284,6 +314,8 @@ class EdgeStore:
         if not points:
             return
         self._open()
+        doing = f"writing {len(points)} chunks"
+        self._room(BATCH_FACTOR * _batch_bytes(points), doing)
         op = UpdateOperation.upsert_points(
             [
                 Point(
@@ -301,7 +333,7 @@ class EdgeStore:
         self._written += len(points)
         self._unindexed += len(points)
         self._invalidate([p.id for p in points])
-        with self._engine:
+        with self._engine, self._no_room(doing):
             self._open().update(op)
             self._durable()
         if self._unindexed >= self._segment_points():
@@ -327,7 +359,9 @@ class EdgeStore:
         from qdrant_edge import UpdateOperation
 
         self._invalidate()  # deleted points are never returned again; a re-upsert drops its entry
-        with self._engine:
+        self._open()
+        self._room(0, "deleting chunks")  # a delete marks flags in mapped files too
+        with self._engine, self._no_room("deleting chunks"):
             self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(where)))
             self._dirty = True
             self._durable()
@@ -337,7 +371,9 @@ class EdgeStore:
 
         if ids:
             self._invalidate(ids)
-            with self._engine:
+            self._open()
+            self._room(0, "deleting chunks")
+            with self._engine, self._no_room("deleting chunks"):
                 self._open().update(UpdateOperation.delete_points(list(ids)))
                 self._dirty = True
                 self._durable()
@@ -516,8 +552,10 @@ class EdgeStore:
         try:
             # outside the engine lock, so searches run beside a build that takes seconds; the shard
             # cannot be closed under it: every close waits for `_optimizing` (see _shard_idle)
-            if shard.optimize():  # False (and ~0.1 ms) when already optimal
-                self._dirty = True
+            # the engine checks its own room first (it copies the segments it merges): its refusal is disk_full
+            with self._no_room("optimizing the store (building its search index)"):
+                if shard.optimize():  # False (and ~0.1 ms) when already optimal
+                    self._dirty = True
         finally:
             with self._engine:
                 self._optimizing -= 1
@@ -552,8 +590,45 @@ class EdgeStore:
         from qdrant_edge import EdgeShard
 
         shard = self.data_dir / "shard"
-        self._shard = EdgeShard.load(str(shard), config)
+        self._room_to_open(shard)
+        with self._no_room("opening the store"):
+            self._shard = EdgeShard.load(str(shard), config)
         self._wal = (shard / "wal").is_dir()
+
+    def _room(self, need: int, doing: str) -> None:
+        """Refuse (`disk_full`) a write that may take more than the store's filesystem has free: one statvfs."""
+        free = free_bytes(self.dir)
+        if free < CAREFUL_BELOW and _fills_holes_on_read(self.dir):
+            # on tmpfs the next open fills the holes of the payload indexes (see _room_to_open): a
+            # write leaves room for that, so the store can still be opened and searched after it
+            need += _holes(self.data_dir / "shard", "payload_index")
+        if free < need + SPACE_MARGIN:
+            raise disk_full(self.dir, free, need + SPACE_MARGIN, doing)
+
+    def _room_to_open(self, shard: Path) -> None:
+        """Refuse (`disk_full`) an open that would fill the disk: on tmpfs, opening reads the payload
+        indexes whole (Memory.Cached), and each hole it reads there takes a page of the filesystem.
+
+        Elsewhere a read takes no room, so a store opens on a full disk (its few writes on open, if
+        any, fail as the engine's own disk_full). Above CAREFUL_BELOW free, this is one statvfs.
+        """
+        free = free_bytes(self.dir)
+        if free >= CAREFUL_BELOW or not _fills_holes_on_read(shard):
+            return
+        need = _holes(shard, "payload_index")
+        if need and free < need + SPACE_MARGIN:
+            raise disk_full(self.dir, free, need + SPACE_MARGIN, "opening the store (tmpfs backs the pages it reads)")
+
+    @contextmanager
+    def _no_room(self, doing: str) -> Iterator[None]:
+        """The engine's (or the OS's) "no space left" as `disk_full`, naming the store and what ran out."""
+        try:
+            yield
+        except Exception as exc:
+            full = disk_full_from(exc, self.dir, doing)
+            if full is None:
+                raise
+            raise full from None
 
     # -- aliases (sync-embedding) -------------------------------------------
     def alias_target(self) -> str | None:
@@ -624,9 +699,10 @@ class EdgeStore:
 
         with self._engine:
             if self._shard is not None and self._dirty:
-                if self._wal:
-                    self._shard.update(UpdateOperation.delete_points([]))
-                self._shard.flush()
+                with self._no_room("flushing the store"):
+                    if self._wal:
+                        self._shard.update(UpdateOperation.delete_points([]))
+                    self._shard.flush()
                 self._dirty = False
 
     def close(self) -> None:
@@ -696,6 +772,49 @@ def _optimizers():
     from qdrant_edge import EdgeOptimizersConfig
 
     return EdgeOptimizersConfig(max_segment_size=SEGMENT_KB, indexing_threshold=INDEXING_KB)
+
+
+def _batch_bytes(points: Sequence[PointIn]) -> int:
+    """A batch's own bytes: dense and sparse vectors, payload text, and a little per point for the rest."""
+    n = 0
+    for p in points:
+        n += 4 * len(p.dense) + 8 * len(p.sparse.indices) + 256
+        n += sum(len(v) for v in p.payload.values() if isinstance(v, str))
+    return n
+
+
+def _fills_holes_on_read(path: Path) -> bool:
+    """Whether `path` is on tmpfs (statfs's f_type), where reading a hole through a mapping allocates it."""
+    import ctypes
+
+    buf = ctypes.create_string_buffer(256)  # struct statfs; f_type (a long) comes first on Linux
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.statfs(os.fsencode(path), buf) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return ctypes.c_long.from_buffer(buf).value == TMPFS_MAGIC
+
+
+def _holes(root: Path, under: str) -> int:
+    """Bytes not yet on disk (holes) of the mapped files below directories named `under` in `root`.
+
+    Only files of MAPPED_MIN or more count: the engine preallocates the files it maps, and reads
+    its small ones with read(2), which takes no room for a hole.
+    """
+    total = 0
+    for d, _, files in os.walk(root):
+        if under not in Path(d).parts:
+            continue
+        for f in files:
+            try:
+                st = os.stat(os.path.join(d, f))
+            except OSError:
+                continue
+            if st.st_size >= MAPPED_MIN:
+                total += max(st.st_size - st.st_blocks * 512, 0)
+    return total
 
 
 def _pid_alive(pid: int) -> bool:
