@@ -6,3 +6,16 @@ the store it holds or let go of it after each operation (runtime.let_go_unless_s
 """
 
 one_shot = False
+
+
+def alive(pid: int) -> bool:
+    """True while process `pid` exists (another user's included)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from moonmind_worker import process
+
 from celery_helpers import purge, queue_env, redis, start_worker_process, stop, unique_queues, wait_for_consumer
 from conftest import MOONMIND
 from test_owner import QUERY, comparable, socket_of, start_owner
@@ -34,9 +36,7 @@ def lock_pid(home: Path) -> int | None:
 
 
 def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not process.alive(pid):
         return False
     try:  # a zombie child of this test is gone too
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"

@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+from ..process import alive
+
 MARKER = "owner.next"
 #: How long a newcomer waits for the former owner to finish its requests and let go of the store,
 #: and how long a client waits for the newcomer's socket.
@@ -65,16 +67,6 @@ def pending(store_dir: Path, exclude: int | None = None) -> int | None:
     if pid == exclude or not alive(pid):
         return None
     return pid
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process exists
-        return True
-    return True
 
 
 def wait_while_pending(store_dir: Path, until: float, attempt) -> object | None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from ..errors import MoonmindError, disk_full, disk_full_from, free_bytes
+from ..process import alive
 from .base import (
     DENSE,
     PAYLOAD_CACHE_POINTS,
@@ -740,7 +741,7 @@ def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
 
     trust.ensure_private_dirs(root)
     for old in root.iterdir():
-        if old.name.isdigit() and not _pid_alive(int(old.name)):
+        if old.name.isdigit() and not alive(int(old.name)):
             shutil.rmtree(old, ignore_errors=True)
     mine = root / str(os.getpid())
     shutil.rmtree(mine, ignore_errors=True)
@@ -815,16 +816,6 @@ def _holes(root: Path, under: str) -> int:
             if st.st_size >= MAPPED_MIN:
                 total += max(st.st_size - st.st_blocks * 512, 0)
     return total
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, owned by someone else
-    return True
 
 
 def _point_key(pid: Any) -> Any:
