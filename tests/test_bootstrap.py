@@ -191,6 +191,33 @@ def test_a_gateway_only_worker_queues_the_overlay_clean_instead_of_touching_the_
 
 
 @pytest.mark.slow
+def test_a_queued_overlay_clean_run_by_a_worker_reports_the_manifests_job_not_the_workers(prebuilt, cli, env, tmp_path, bus):
+    """Reported: the queued clean carried only run_id, so `overlay_cleaned` said job None, repo None, tenant None."""
+    from celery_helpers import start_worker_process, stop, wait_for_consumer
+
+    e = job_env(env, MOONMIND_RETRIEVAL_URL="http://127.0.0.1:9", MOONMIND_RETRIEVAL_FALLBACK="none")
+    sq, iq = e["MOONMIND_SEARCH_QUEUE"], e["MOONMIND_INDEX_QUEUE"]
+    edit = prebuilt / "db" / "pool.py"
+    edit.write_text("def drain_pool():\n    return 0\n")
+    up = cli("rag", "overlay", "upsert", str(edit), "--root", str(prebuilt), "--repo", "demo", "--tenant", "acme",
+             extra_env={**e, "MOONMIND_RETRIEVAL_URL": "", "MOONMIND_RUN_ID": "run-42"})
+    assert up.code == 0, up.stderr
+    worker = start_worker_process(queue_env(env, sq, iq), [sq, iq], tmp_path / "worker.log")
+    try:
+        wait_for_consumer(iq, proc=worker)
+        path = manifest(tmp_path)
+        res = cli("job", "finish", "--manifest", path, extra_env=e)
+        assert res.code == 0, res.stderr
+        job_id = json.loads(open(path).read())["job_id"]
+        cleaned = bus("overlay_cleaned", wait_s=60)["overlay_cleaned"]
+    finally:
+        stop(worker)
+        purge(sq, iq)
+    assert (cleaned["job_id"], cleaned["run_id"], cleaned["repo"], cleaned["tenant"]) == (job_id, "run-42", "demo", "acme")
+    assert cleaned["removed"] >= 1
+
+
+@pytest.mark.slow
 def test_job_start_says_rag_is_not_available_for_a_repository_that_was_never_indexed(prebuilt, cli, env, tmp_path):
     path = manifest(tmp_path, repo="never-indexed")
     r = cli("job", "start", "--manifest", path)
