@@ -6,8 +6,10 @@ No hosted provider is reachable here, so the provider is a real OpenAI-compatibl
 server on loopback (tests/http_servers.EmbeddingsServer) whose every call waits a seeded
 log-normal delay: median `--median-ms`, and with the default sigma a p99 near 0.8 s —
 the shape of a hosted embeddings API seen from a worker. The corpus (default: the
-fastapi package source, as in shared/eval/fastapi.json) is indexed through it without
-delay; then the eval file's queries run (a) in-process through `retrieve_context_pack`
+fastapi package source, as in shared/eval/fastapi.json, fetched with `pip download` into the
+gitignored bench/corpus/fastapi on first use, as `python -m bench` does) is indexed through it
+without delay; then the eval file's queries (`--queries`, default MOONMIND_BENCH_EVAL, else
+/work/shared/eval/fastapi.json; without one, the suite's ten queries) run (a) in-process through `retrieve_context_pack`
 and (b) as whole `moonmind rag search` processes (start, `openai` import, provider call,
 search, exit). Prints a JSON summary: p50/p95/p99 and the share under 2 s for each.
 """
@@ -58,6 +60,48 @@ def summary(ms: list[float]) -> dict:
     }
 
 
+DEFAULT_CORPUS = ROOT / "bench" / "corpus" / "fastapi"
+
+
+def ready_corpus(corpus: Path, package: str) -> Path:
+    """The tree to index: the default one (bench/corpus/fastapi) is fetched on first use; any other must exist."""
+    if corpus.is_dir():
+        return corpus
+    fetch = (f"`{sys.executable} -m pip download --no-deps --only-binary=:all: {package} -d /tmp/{package}-wheel` "
+             f"then `unzip -o /tmp/{package}-wheel/*.whl -d {corpus}`")
+    if corpus.resolve() != DEFAULT_CORPUS.resolve():
+        raise SystemExit(f"bench.hosted_latency: --corpus {corpus} is not a directory. Pass a source tree to index "
+                         f"(e.g. `--corpus path/to/checkout --repo NAME`), or leave --corpus out to use {DEFAULT_CORPUS}, "
+                         "fetched on first use.")
+    from .suite import fetch_wheel
+
+    sys.stderr.write(f"[hosted_latency] {corpus} is not here: fetching {package} with pip download --no-deps\n")
+    dl = Path(tempfile.mkdtemp(prefix="mm-hosted-dl-"))
+    try:
+        fetch_wheel(package, corpus, dl)
+    except (OSError, subprocess.CalledProcessError) as err:
+        detail = getattr(err, "stderr", b"") or b""
+        detail = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
+        raise SystemExit(f"bench.hosted_latency: could not fetch {package} into {corpus} ({err}; {detail.strip()[-500:]}).\n"
+                         f"Fetch it yourself: {fetch}; or pass --corpus DIR.") from None
+    finally:
+        import shutil
+
+        shutil.rmtree(dl, ignore_errors=True)
+    return corpus
+
+
+def load_query_texts(path: Path) -> list[str]:
+    """The eval file's query texts, or the suite's ten queries when the file is not here (only latency is measured)."""
+    if path.is_file():
+        return [q["query"] for q in json.loads(path.read_text())["queries"]]
+    from .suite import QUERIES
+
+    sys.stderr.write(f"[hosted_latency] no query file at {path} (set MOONMIND_BENCH_EVAL or --queries FILE): "
+                     f"using the suite's {len(QUERIES)} queries\n")
+    return list(QUERIES)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default=str(ROOT / "bench" / "corpus" / "fastapi"))
@@ -69,7 +113,8 @@ def main() -> int:
     ap.add_argument("--sigma", type=float, default=0.7)
     a = ap.parse_args()
 
-    queries = [q["query"] for q in json.loads(Path(a.queries).read_text())["queries"]]
+    corpus = ready_corpus(Path(a.corpus), "fastapi")
+    queries = load_query_texts(Path(a.queries))
     delays = Delays(a.median_ms / 1000, a.sigma)
     from moonmind_worker.embedding import StaticEmbedder
 
@@ -82,10 +127,16 @@ def main() -> int:
     server = EmbeddingsServer(embed=embed, api_key=KEY)
     home = Path(tempfile.mkdtemp(prefix="mm-hosted-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MOONMIND_", "QDRANT_", "OPENAI_", "CELERY_"))}
-    env.update(server.provider_env(KEY), MOONMIND_HOME=str(home), MOONMIND_EMBEDDING_MODEL="bench-hosted-256")
+    # MOONMIND_OWNER=off: every `moonmind` process does the whole query itself (what (b) measures), and no
+    # background owner holds the store this process opens for (a)
+    env.update(server.provider_env(KEY), MOONMIND_HOME=str(home), MOONMIND_EMBEDDING_MODEL="bench-hosted-256",
+               MOONMIND_OWNER="off")
     moonmind = str(Path(sys.executable).parent / "moonmind")
-    subprocess.run([moonmind, "rag", "index", a.corpus, "--repo", a.repo], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    done = subprocess.run([moonmind, "rag", "index", str(corpus), "--repo", a.repo], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        server.close()
+        raise SystemExit(f"bench.hosted_latency: indexing {corpus} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
 
     os.environ.update(env)
     from moonmind_worker import observe

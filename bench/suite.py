@@ -42,6 +42,22 @@ QUERIES = [
 ]
 
 
+def fetch_wheel(pkg: str, dest: Path, dl: Path) -> Path:
+    """`pip download --no-deps` the package's wheel into `dl` and unpack its sources into `dest` (no dist-info)."""
+    import zipfile
+
+    dl.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                    pkg, "-d", str(dl)], check=True, capture_output=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    for wheel in dl.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(dest)
+    for info in dest.glob("*.dist-info"):
+        shutil.rmtree(info)
+    return dest
+
+
 class Suite:
     def __init__(self, quick: bool, repeats: int, work: Path, log=sys.stderr) -> None:
         self.quick = quick
@@ -92,18 +108,7 @@ class Suite:
             dest = CORPUS_DIR / pkg
             if not (dest / pkg).is_dir():
                 self.say(f"fetching {pkg} with pip download --no-deps")
-                dl = self.work / "dl" / pkg
-                dl.mkdir(parents=True, exist_ok=True)
-                subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                                pkg, "-d", str(dl)], check=True, capture_output=True)
-                import zipfile
-
-                dest.mkdir(parents=True, exist_ok=True)
-                for wheel in dl.glob("*.whl"):
-                    with zipfile.ZipFile(wheel) as z:
-                        z.extractall(dest)
-                for info in dest.glob("*.dist-info"):
-                    shutil.rmtree(info)
+                fetch_wheel(pkg, dest, self.work / "dl" / pkg)
             out[pkg] = dest
         return out
 

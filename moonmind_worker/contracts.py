@@ -447,6 +447,8 @@ class IndexRequest(Contract):
 class SkippedFile(Contract):
     path: str
     reason: str
+    #: "file" (one of `files_seen`), "directory" (not walked into), "ignore rule" (an ignore pattern not applied)
+    kind: str = "file"
 
 
 class IndexReport(Contract):
@@ -462,6 +464,12 @@ class IndexReport(Contract):
     chunks_deleted: int
     skipped: list[SkippedFile]
     seconds: float
+    #: files seen and not indexed: files_seen == files_indexed + files_unchanged + files_skipped
+    files_skipped: int = 0
+    #: files_skipped by reason ("binary": 3, ...), most frequent first
+    skipped_by_reason: dict[str, int] = {}
+    #: directories not walked into (unreadable, too deep; each in `skipped` with its reason)
+    dirs_skipped: int = 0
     #: every file was chunked again: the chunking recipe changed since this repo's last run
     rechunked: bool = False
     #: the repo's previous run stopped before it finished (Ctrl-C, a kill, a crash): the files it

@@ -28,6 +28,7 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "overlay_clean": (("run_id",), "cleaning the overlay of"),
     "overlay_list": (("run_id",), "listing the overlay of"),
     "stats": (("tenant",), "stats for"),
+    "repos": (("tenant",), "listing the repositories of"),
 }
 
 

@@ -15,6 +15,10 @@ process never keeps the store locked from the user's own commands.
 Every request gets an answer: stdin is read by `_read_frames`, in front of the SDK's own reader,
 which drops a line it cannot parse unanswered (see "stdin guard" below).
 
+Paths are the client's, not this process's: clients start servers in any directory (Claude Desktop
+in `/`), so a relative `path`, `paths` or `root` is taken relative to the client's workspace root,
+its MCP roots when it declares them, else MOONMIND_ROOT, and refused otherwise (see "workspace" below).
+
 Imported only by `moonmind mcp` (the SDK costs ~0.5 s of imports no other command pays).
 """
 
@@ -24,6 +28,8 @@ import contextlib
 import json
 import os
 import threading
+import warnings
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, cast
 
@@ -80,9 +86,11 @@ TOOLS: list[types.Tool] = [
         input_schema={
             "type": "object",
             "properties": {
-                "path": {"type": "string", "description": "root of the tree (absolute, or relative to the server's directory)"},
+                "path": {"type": "string", "description": "root of the tree (absolute, or relative to the workspace "
+                                                         "root: the client's MCP roots, else MOONMIND_ROOT)"},
                 "repo": {"type": "string", "description": "repository name stored with every chunk"},
                 "tenant": {"type": "string", "description": "tenant (default MOONMIND_TENANT or 'default')"},
+                "force": {"type": "boolean", "description": "index even `/` or the home directory (refused otherwise)"},
             },
             "required": ["path", "repo"],
             "additionalProperties": False,
@@ -96,11 +104,14 @@ TOOLS: list[types.Tool] = [
             "type": "object",
             "properties": {
                 "paths": {"type": "array", "items": {"type": "string"}, "minItems": 1,
-                          "description": "edited files (absolute, or relative to root)"},
+                          "description": "edited or deleted files (absolute, or relative to root when given, else to "
+                                         "the workspace root: the client's MCP roots, else MOONMIND_ROOT); a missing "
+                                         "file must be one the index holds (it is hidden for the run)"},
                 "run_id": {"type": "string", "description": "run id (default MOONMIND_RUN_ID)"},
                 "repo": {"type": "string", "description": "repository (default MOONMIND_REPO)"},
                 "tenant": {"type": "string", "description": "tenant (default MOONMIND_TENANT or 'default')"},
-                "root": {"type": "string", "description": "workspace root (default: the enclosing git work tree)"},
+                "root": {"type": "string", "description": "workspace root the stored paths are relative to (default: "
+                                                         "the enclosing git work tree of the workspace root)"},
                 "ttl": {"type": "string", "description": "lifetime, e.g. 30m, 2h (default 24h)"},
             },
             "required": ["paths"],
@@ -217,9 +228,63 @@ def search(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[
     return texts, pack
 
 
-def _resolve(path: str, base: Path) -> str:
+# ------------------------------------------------------------- workspace ---
+# A relative path means the client's workspace, never this process's directory: a client started
+# the server wherever it runs (`/` for Claude Desktop), and `auth/tokens.py` read against `/` is a
+# missing file, which an overlay upsert turns into a tombstone hiding the real one.
+
+#: The client's MCP roots for the call being run (set by `call`; empty when the client gave none).
+_ROOTS: ContextVar[tuple[Path, ...]] = ContextVar("moonmind_mcp_roots", default=())
+
+#: The key under which a 2026-07-28 client is asked for its roots (in an InputRequiredResult).
+ROOTS_REQUEST = "moonmind/roots"
+#: Seconds a client of an older protocol has to answer `roots/list` before the call goes on without roots.
+ROOTS_TIMEOUT_S = 5.0
+#: The tools whose arguments hold paths.
+PATH_TOOLS = ("index", "overlay_upsert")
+
+
+def _workspace(settings: Any) -> tuple[Path, ...]:
+    """Where relative paths live: the client's MCP roots, else MOONMIND_ROOT, else nowhere (they are refused)."""
+    roots = _ROOTS.get()
+    if roots:
+        return roots
+    root = settings.workspace_root  # absolute (the setting's rule)
+    return (root,) if root else ()
+
+
+def _absolute(path: str, what: str, settings: Any) -> Path:
+    """`path` as an absolute path: as given when absolute (`~` expanded), else under the workspace root.
+
+    Of several MCP roots, the first under which the path exists (else the first).
+    """
     p = Path(path).expanduser()
-    return str((p if p.is_absolute() else base / p).resolve())
+    if p.is_absolute():
+        return p
+    bases = _workspace(settings)
+    if not bases:
+        raise _bad(
+            f"{what} {path!r} is relative, and this server does not know the client's workspace "
+            "(the client sent no MCP roots and MOONMIND_ROOT is not set).",
+            "Pass an absolute path, or set MOONMIND_ROOT to the workspace directory in the server's "
+            "environment (the `env` of the client's MCP server entry).",
+        )
+    return next((b / p for b in bases if (b / p).exists()), bases[0] / p)
+
+
+def _resolve(path: str, what: str, settings: Any) -> str:
+    return str(_absolute(path, what, settings).resolve())
+
+
+def _too_wide(root: Path) -> str | None:
+    """Why indexing `root` is refused without `force`: `/` and the home directory are not a repository."""
+    if root == Path(root.anchor):
+        return "the file-system root"
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):  # no HOME and no passwd entry
+        return None
+    return "the home directory" if root == home else None
 
 
 def index(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
@@ -233,12 +298,63 @@ def index(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[s
     path, repo = _string(args, "path"), _string(args, "repo")
     if not path:
         raise _bad("path is required.", "Pass path: the root of the repository to index (an absolute path is safest).")
-    root = Path(_resolve(path, Path.cwd()))
+    force = args.get("force", False)
+    if not isinstance(force, bool):
+        raise _bad("force must be true or false.", 'Pass e.g. {"force": true}.')
+    root = Path(_resolve(path, "path", settings))
     if not root.is_dir():
         raise _bad(f"{path} is not a directory.", "Pass the root of the repository to index (an absolute path is safest).")
+    wide = None if force else _too_wide(root)
+    if wide:
+        raise _bad(f"Refusing to index {root}: it is {wide}, not a repository.",
+                   "Pass the root of one repository (absolute, or relative to the workspace root), "
+                   "or force: true to index it all the same.")
     request = {"path": str(root), "repo": repo, "tenant": _string(args, "tenant") or settings.scope_tenant}
+    if force:
+        request["force"] = True
     report = execute(settings, "index", request, progress=progress)
     return [report["line"]], {k: v for k, v in report.items() if k != "line"}
+
+
+def _known_paths(settings: Any, repo: str, tenant: str, run_id: str) -> set[str]:
+    """The paths a tombstone can hide: the repository's indexed files (in `tenant`) and this run's overlaid ones."""
+    from .owner.client import execute
+
+    known: set[str] = set()
+    try:
+        if execute(settings, "chunks", {"repo": repo, "tenant": tenant})["chunks"]:
+            stats = execute(settings, "stats", {"repo": repo, "tenant": tenant, "root": None})["stats"]
+            known.update(f["path"] for f in stats["files"])
+        known.update(row["path"] for row in execute(settings, "overlay_list", {"run_id": run_id})
+                     if row.get("repo") == repo and row.get("tenant") == tenant and not row.get("expired"))
+    except MoonmindError as err:
+        if err.code != "collection_missing":  # nothing indexed yet: nothing to hide
+            raise
+    return known
+
+
+def _check_missing(paths: list[str], root: Path, settings: Any, repo: str, tenant: str, run_id: str) -> None:
+    """A path that is not on disk must be a file the index (or this run's overlay) holds: else it is an error.
+
+    Why: the overlay turns a missing file into a tombstone hiding its indexed copy. A path that names
+    nothing indexed (a typo, a path read against the wrong directory) hides nothing, and says so here.
+    """
+    from .indexing.overlay import resolve_workspace_paths
+    from .text.files import excluded_reason, name_problem
+
+    missing = [rel for rel, p in resolve_workspace_paths(paths, root)
+               if not p.exists() and name_problem(rel) is None and excluded_reason(root, rel) is None]
+    if not missing:
+        return
+    known = _known_paths(settings, repo, tenant, run_id)
+    unknown = [rel for rel in missing if rel not in known]
+    if unknown:
+        listed = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise _bad(
+            f"Not in {root} and not indexed in repository {repo!r} (tenant {tenant!r}): {listed}. "
+            "There is nothing for a tombstone to hide.",
+            f"Pass files you edited or deleted in the workspace: absolute, or relative to {root}.",
+        )
 
 
 def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
@@ -251,16 +367,25 @@ def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str
     if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
         raise _bad("paths must be a list of file paths.", 'Pass e.g. {"paths": ["src/app.py"]}.')
     root_arg = _string(args, "root")
-    root = Path(_resolve(root_arg, Path.cwd())) if root_arg else default_root()
-    if not root.is_dir():
+    root = Path(_resolve(root_arg, "root", settings)) if root_arg else None
+    if root is not None and not root.is_dir():
         raise _bad(f"Workspace root {root_arg} is not a directory.", "Pass root as the workspace directory.")
+    # relative paths: under the root when one is given, else under the client's workspace
+    files = [str(root / p) if root is not None and not os.path.isabs(os.path.expanduser(p))
+             else str(_absolute(p, "path", settings)) for p in paths]
+    if root is None:  # the git work tree around the workspace root holding the first file (as the CLI's cwd)
+        first = Path(files[0])
+        bases = [b for b in _workspace(settings) if b == first or b in first.parents]
+        root = default_root(bases[0] if bases else first.parent)
     run_id, repo = _string(args, "run_id") or settings.run_id, _string(args, "repo") or settings.repo
     for name, value, env in (("run_id", run_id, "MOONMIND_RUN_ID"), ("repo", repo, "MOONMIND_REPO")):
         if not (value or "").strip():  # named as arguments here: the overlay's own message names CLI flags
             raise _bad(f"No {name} given.", f"Pass {name}, or set {env} in the server's environment.")
+    tenant = _string(args, "tenant") or settings.scope_tenant
+    _check_missing(files, root, settings, cast(str, repo), tenant, cast(str, run_id))
     request = {
-        "paths": [_resolve(p, root) for p in paths], "root": str(root), "ttl": _string(args, "ttl") or "24h",
-        "run_id": run_id, "repo": repo, "tenant": _string(args, "tenant") or settings.scope_tenant,
+        "paths": [str(Path(f).resolve()) for f in files], "root": str(root), "ttl": _string(args, "ttl") or "24h",
+        "run_id": run_id, "repo": repo, "tenant": tenant,
     }
     report = execute(settings, "overlay_upsert", request)
     lines = [report["line"]]
@@ -284,8 +409,11 @@ def stats(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[s
 HANDLERS = {"search": search, "index": index, "overlay_upsert": overlay_upsert, "stats": stats}
 
 
-def call(name: str, arguments: Any, progress: Any = None) -> types.CallToolResult:
-    """Run one tool call to a result; every failure becomes a tool error with the envelope (never a crash)."""
+def call(name: str, arguments: Any, progress: Any = None, roots: tuple[Path, ...] = ()) -> types.CallToolResult:
+    """Run one tool call to a result; every failure becomes a tool error with the envelope (never a crash).
+
+    `roots`: the client's MCP roots (its workspace), against which relative paths are read.
+    """
     from .settings import get_settings
 
     try:
@@ -293,9 +421,11 @@ def call(name: str, arguments: Any, progress: Any = None) -> types.CallToolResul
         if handler is None:
             raise _bad(f"Unknown tool {name!r}.", f"Use one of: {', '.join(HANDLERS)}.")
         with _CALLS:
+            token = _ROOTS.set(tuple(roots))
             try:
                 texts, structured = handler(_check_args(name, arguments), progress)
             finally:
+                _ROOTS.reset(token)
                 _release()
         return types.CallToolResult(content=[types.TextContent(type="text", text=t) for t in texts],
                                     structured_content=structured)
@@ -354,6 +484,47 @@ def _progress_to(ctx: Any) -> Any:
     return report
 
 
+def _root_dirs(result: Any) -> tuple[Path, ...]:
+    """The local directories among a `roots/list` answer's `file://` URIs."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    out = []
+    for root in getattr(result, "roots", None) or []:
+        uri = urlparse(str(root.uri))
+        if uri.scheme != "file" or uri.netloc not in ("", "localhost"):
+            continue
+        path = Path(url2pathname(uri.path))  # percent-decoded
+        if path.is_absolute() and path.is_dir():
+            out.append(path)
+    return tuple(out)
+
+
+async def _client_roots(ctx: Any, params: Any) -> tuple[Path, ...] | types.InputRequiredResult:
+    """The client's MCP roots, when it declares the capability: () when it has none (or does not answer).
+
+    Protocol 2026-07-28 has no server-to-client request mid-call: the call answers an InputRequiredResult
+    asking for them, and the client calls again with its answer. Older protocols ask with `roots/list`.
+    """
+    session = getattr(ctx, "session", None)
+    capabilities = getattr(session, "client_capabilities", None)
+    if session is None or capabilities is None or capabilities.roots is None:
+        return ()
+    try:
+        if session.can_send_request:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # roots are deprecated as of 2026-07-28, still what clients send
+                with anyio.fail_after(ROOTS_TIMEOUT_S):
+                    return _root_dirs(await session.list_roots())
+        answers = params.input_responses
+        if answers is None and params.request_state is None:  # asked once; a retry without the answer goes on
+            return types.InputRequiredResult(input_requests={ROOTS_REQUEST: types.ListRootsRequest()},
+                                             request_state=ROOTS_REQUEST)
+        return _root_dirs((answers or {}).get(ROOTS_REQUEST))
+    except Exception:  # noqa: BLE001 - a client that cannot say has no roots: MOONMIND_ROOT, else absolute paths
+        return ()
+
+
 def build_server() -> Server:
     """The MCP server: four tools, handlers run in a worker thread (the pipeline is blocking)."""
 
@@ -364,8 +535,14 @@ def build_server() -> Server:
             return types.ListToolsResult(tools=TOOLS)
         return types.ListToolsResult(tools=offered_tools(settings))
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        return await anyio.to_thread.run_sync(call, params.name, params.arguments, _progress_to(ctx))
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
+        roots: tuple[Path, ...] = ()
+        if params.name in PATH_TOOLS:
+            asked = await _client_roots(ctx, params)
+            if isinstance(asked, types.InputRequiredResult):
+                return asked
+            roots = asked
+        return await anyio.to_thread.run_sync(call, params.name, params.arguments, _progress_to(ctx), roots)
 
     return Server(
         "moonmind", version=version(),

@@ -166,6 +166,13 @@ def _to_path(raw: Any) -> Path:
     return Path(raw).expanduser()
 
 
+def _to_absolute_path(raw: Any) -> Path:
+    p = _to_path(raw)
+    if not p.is_absolute():
+        raise ValueError
+    return p
+
+
 def _to_secret(raw: Any) -> Secret:
     if isinstance(raw, Secret):
         return raw
@@ -187,8 +194,41 @@ def _to_umask(raw: Any) -> int:
     return raw
 
 
+def _to_qdrant_url(raw: Any) -> str:
+    """A Qdrant server's http(s) URL, `:memory:`, or a local-mode path written so it cannot be taken for a host.
+
+    Why so strict: qdrant-client takes anything that is not a URL for a path, so `localhost:6333`
+    (no scheme) silently became a local store in a directory named `localhost:6333/`.
+    """
+    if not isinstance(raw, str):
+        raise ValueError
+    url = raw.strip()
+    low = url.lower()
+    if low.startswith(("http://", "https://")):
+        host = url.split("://", 1)[1]
+        if not host or host[0] in "/?#:":
+            raise ValueError
+        return url
+    if url == ":memory:":
+        return url
+    if low.startswith("file://") and len(url) > len("file://"):
+        return url
+    if url in (".", "..", "~") or url.startswith(("/", "./", "../", "~/")):
+        return url
+    raise ValueError
+
+
 #: a path, `~` expanded
 path = Rule("a file-system path", _to_path)
+#: where the vectors live when not in the embedded store (store/remote.py)
+qdrant_url = Rule(
+    "an http:// or https:// URL of a Qdrant server (e.g. http://localhost:6333: a bare host:port is not a URL), "
+    "`:memory:`, or a path for qdrant-client's local mode written as one: absolute (/...), ~/..., ./... or ../..., "
+    "or file://PATH",
+    _to_qdrant_url,
+)
+#: an absolute path, `~` expanded (a relative one would depend on the directory a client started us in)
+absolute_path = Rule("an absolute file-system path", _to_absolute_path)
 secret = Rule("a string", _to_secret)
 #: an octal umask; group and others never get write (owner/trust.py refuses such directories)
 octal_umask = Rule("an octal umask that masks group and other write (022), e.g. 077 or 027", _to_umask)
@@ -234,7 +274,7 @@ class Settings:
     model_fields: ClassVar[dict[str, Field]]
 
     # --- store -----------------------------------------------------------
-    qdrant_url: str | None = setting("QDRANT_URL", parse=text(), blank_is_unset=True)
+    qdrant_url: str | None = setting("QDRANT_URL", parse=qdrant_url, blank_is_unset=True)
     qdrant_api_key: Secret | None = setting("QDRANT_API_KEY", parse=secret, optional=True)
     qdrant_timeout_s: float = setting("QDRANT_TIMEOUT_S", default=5.0, parse=number())
     moonmind_home: Path = setting("MOONMIND_HOME", default="~/.moonmind", parse=path)
@@ -293,6 +333,11 @@ class Settings:
     # a connection must deliver a whole request (headers and body) within this long of opening
     # or of its previous response; idle or trickling connections are closed (gateway_http.py)
     gateway_read_timeout_s: float = setting("MOONMIND_GATEWAY_READ_TIMEOUT_S", default=10.0, parse=number(gt=0, le=600))
+
+    # --- MCP server ------------------------------------------------------
+    #: the workspace `moonmind mcp` reads relative paths against when the client sends no MCP roots
+    #: (unset, and no roots: relative paths are refused; the server's own directory is the client's choice)
+    workspace_root: Path | None = setting("MOONMIND_ROOT", parse=absolute_path, blank_is_unset=True)
 
     # --- job scope -------------------------------------------------------
     run_id: str | None = setting("MOONMIND_RUN_ID", parse=text(), optional=True)

@@ -30,6 +30,7 @@ _SCRUB = (
     "MOONMIND_SEARCH_QUEUE", "MOONMIND_INDEX_QUEUE", "MOONMIND_QUEUE_TIMEOUT_S", "MOONMIND_JOB_TASKS",
     "MOONMIND_BROKER_VISIBILITY_TIMEOUT_S", "MOONMIND_OVERLAY_SWEEP_INTERVAL_S", "STATSD_HOST", "STATSD_PORT",
     "MOONMIND_RAG_EXECUTION", "MOONMIND_ARTIFACTS_DIR", "MOONMIND_OWNER_IDLE_S", "MOONMIND_OWNER_MAX_RSS_MB",
+    "MOONMIND_ROOT",
 )
 #: Tests use an owner a test started (a worker, a gateway, `moonmind serve`) but never start one
 #: by themselves, unless they say so (tests/test_owner_default.py): the default, a background owner

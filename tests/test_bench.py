@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,8 @@ def test_quick_benchmark_runs_every_stage_and_keeps_other_sections(tmp_path):
     ):
         assert figure in text, figure
     assert "| 1,000 | 1,000 |" in text  # the growth row reached its size
+    smoke = next(line for line in text.splitlines() if line.startswith("| Python (this checkout) |"))
+    assert float(smoke.split("|")[4]) > 0.3, smoke  # the smoke set finds its files (0.000: its targets moved)
 
     sys.path.insert(0, str(ROOT))
     from bench.suite import BEGIN, END, write_section
@@ -124,3 +127,37 @@ def test_same_output_finds_identical_searches_identical_and_reports_a_changed_on
     (saved / "q00.md.out").write_text((saved / "q00.md.out").read_text() + "one more line\n")
     changed = run("--compare", str(saved))
     assert changed.returncode == 1 and "-one more line" in changed.stdout and "1 output(s) differ" in changed.stdout
+
+
+def test_the_quick_smoke_set_names_files_that_exist():
+    """`python -m bench --quick` scores eval-python-moonmind.json on this checkout: its targets must be here."""
+    data = json.loads((ROOT / "bench" / "eval-python-moonmind.json").read_text())
+    named = [p for q in data["queries"] for p in q["relevant"] + q.get("secondary", [])]
+    assert named and [p for p in named if not (ROOT / p).is_file()] == []
+
+
+def _hosted_latency(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run([sys.executable, "-m", "bench.hosted_latency", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_hosted_latency_names_a_missing_corpus_instead_of_a_traceback(tmp_path):
+    p = _hosted_latency("--corpus", str(tmp_path / "missing"))
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    assert f"--corpus {tmp_path / 'missing'} is not a directory" in p.stderr and "fetched on first use" in p.stderr
+
+
+@pytest.mark.slow
+def test_hosted_latency_runs_on_a_given_tree_without_the_shared_eval_file(tmp_path):
+    from conftest import FIXTURE_FILES, write_tree
+
+    tree = write_tree(tmp_path / "tree", FIXTURE_FILES)
+    p = _hosted_latency("--corpus", str(tree), "--repo", "demo", "--queries", str(tmp_path / "absent.json"),
+                        "--rounds", "1", "--cli-runs", "1", "--median-ms", "1", "--sigma", "0.1")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "using the suite's 10 queries" in p.stderr
+    out = json.loads(p.stdout)
+    assert out["in_process_whole_query"]["n"] == 10 and out["cli_process_whole_query"]["n"] == 1

@@ -3,6 +3,7 @@ stack with health checks, every command names a real entry point, every variable
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -95,6 +96,23 @@ def test_services_reach_each_other_by_compose_names(compose):
 
 # ------------------------------------------------- issue 19: a stack that starts ---
 
+_VARIABLE = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's interpolation of `${VAR}`, `${VAR:-default}` and `${VAR:?error}` (unset or empty alike)."""
+
+    def one(match: re.Match) -> str:
+        name, op, arg = match.groups()
+        if env.get(name):
+            return env[name]
+        if op == "?":
+            raise ValueError(f"required variable {name} is missing a value: {arg}")
+        return arg if op == "-" else ""
+
+    return _VARIABLE.sub(one, text)
+
+
 ROOT = COMPOSE.parent.parent
 
 
@@ -106,8 +124,8 @@ def test_every_service_has_an_image_and_the_moonmind_ones_build_from_the_reposit
 
 
 def test_only_the_gateway_publishes_a_port_redis_and_qdrant_stay_internal(compose):
-    published = {name: svc["ports"] for name, svc in compose["services"].items() if svc.get("ports")}
-    assert published == {"gateway": ["8080:8080"]}
+    published = {name: [interpolate(p, {}) for p in svc["ports"]] for name, svc in compose["services"].items() if svc.get("ports")}
+    assert published == {"gateway": ["127.0.0.1:8080:8080"]}
 
 
 def test_every_service_restarts_unless_stopped(compose):
@@ -124,8 +142,7 @@ def test_every_named_volume_is_declared_and_the_workspace_mount_exists_read_only
                 continue
             assert source in declared, f"{name}: volume {source} is not declared"
     workspace = [v for v in compose["services"]["worker"]["volumes"] if ":/workspace" in v]
-    assert workspace == ["${MOONMIND_WORKSPACE:-./workspace}:/workspace:ro"]
-    assert (COMPOSE.parent / "workspace").is_dir()  # the default is in the repository, so `up` needs nothing else
+    assert [interpolate(v, {"MOONMIND_WORKSPACE": "/src/app"}) for v in workspace] == ["/src/app:/workspace:ro"]
 
 
 def test_the_gateway_token_file_lives_in_its_volume_and_the_documented_one_liner_creates_it(compose):
@@ -172,3 +189,97 @@ def test_the_dockerignore_keeps_the_venv_and_git_out_but_not_what_the_dockerfile
         if line.startswith("COPY "):
             copied += line.split()[1:-1]
     assert copied and not set(copied) & ignored
+
+
+# ------------------------------------------------- issue 35: no surprises ---
+
+
+def test_without_moonmind_workspace_compose_stops_at_start_with_the_fix(compose):
+    """No empty default tree (a search that finds nothing): compose's `:?` refuses to start, saying what to set."""
+    (workspace,) = [v for v in compose["services"]["worker"]["volumes"] if ":/workspace" in v]
+    with pytest.raises(ValueError, match="set MOONMIND_WORKSPACE to the tree to index"):
+        interpolate(workspace, {})
+
+
+def test_the_gateway_port_is_published_on_loopback_unless_told_otherwise(compose):
+    (port,) = compose["services"]["gateway"]["ports"]
+    assert interpolate(port, {}) == "127.0.0.1:8080:8080"
+    assert interpolate(port, {"MOONMIND_GATEWAY_BIND": "0.0.0.0"}) == "0.0.0.0:8080:8080"
+
+
+def _constraints_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compose_constraints", COMPOSE.parent / "constraints.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_image_installs_its_dependencies_pinned_to_the_versions_tested_here():
+    dockerfile = (COMPOSE.parent / "Dockerfile").read_text()
+    (install,) = [line for line in dockerfile.splitlines() if "pip install" in line]
+    assert "--constraint compose/constraints.txt ." in install
+    assert "COPY compose/constraints.txt ./compose/constraints.txt" in dockerfile
+    committed = (COMPOSE.parent / "constraints.txt").read_text()
+    pins = dict(line.split("==") for line in committed.splitlines() if line and not line.startswith("#"))
+    # every direct dependency is pinned inside pyproject's range (a fresh venv may hold newer releases than the
+    # pins: `.venv/bin/python compose/constraints.py` re-pins to what a run tested)
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pinned = {canonicalize_name(name): version for name, version in pins.items()}
+    project = tomllib.loads((COMPOSE.parent.parent / "pyproject.toml").read_text())["project"]
+    for line in project["dependencies"]:
+        req = Requirement(line)
+        name = canonicalize_name(req.name)
+        assert name in pinned, f"{req.name} is not pinned: run .venv/bin/python compose/constraints.py"
+        assert req.specifier.contains(pinned[name], prereleases=True), f"{req.name}=={pinned[name]} is outside {req}"
+    assert {"celery", "kombu", "qdrant-client", "pydantic", "fastapi", "uvicorn", "mcp"} <= set(pins)
+    assert {"pytest", "ruff", "mypy", "fakeredis"}.isdisjoint(pins)  # what the image installs, not the test tools
+
+
+def test_the_beat_healthcheck_reads_the_schedule_file_beat_writes(compose):
+    beat = compose["services"]["beat"]
+    argv = _argv(beat["command"])
+    schedule = argv[argv.index("--schedule") + 1]
+    assert beat["healthcheck"]["test"] == ["CMD", "python", "-m", "moonmind_worker.celery.beat_health", schedule]
+    assert any(v.split(":")[1] == str(Path(schedule).parent) for v in beat["volumes"])
+
+
+@pytest.mark.slow
+def test_the_beat_healthcheck_is_green_while_beat_sends_the_sweep_and_red_once_it_stops(compose, env, tmp_path):
+    """A real `celery beat` (the sweep every second) on the test Redis: its schedule file stays on disk after it
+    stops, yet the healthcheck fails once 3 intervals pass without beat sending the sweep."""
+    import subprocess
+    import sys
+    import time
+
+    from celery_helpers import CELERY, purge, queue_env, stop, unique_queues
+
+    sq, iq = unique_queues()
+    beat_env = {**queue_env(env, sq, iq), "MOONMIND_OVERLAY_SWEEP_INTERVAL_S": "1"}
+    schedule = tmp_path / "celerybeat-schedule"
+    test = compose["services"]["beat"]["healthcheck"]["test"]
+    argv = [sys.executable if a == "python" else a for a in test[1:-1]] + [str(schedule)]
+
+    def healthcheck() -> subprocess.CompletedProcess:
+        return subprocess.run(argv, env=beat_env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+    log = tmp_path / "beat.log"
+    beat = subprocess.Popen([CELERY, "-A", "tasks", "beat", "-l", "INFO", "--schedule", str(schedule)], cwd=ROOT,
+                            env=beat_env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while log.read_text().count("Sending due task") < 2 or healthcheck().returncode != 0:
+            assert beat.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+    finally:
+        stop(beat)
+        purge(sq, iq)
+    time.sleep(4)  # > 3 x the interval since beat last sent the sweep
+    stale = healthcheck()
+    assert any(schedule.parent.glob("celerybeat-schedule*"))  # the file is still there
+    assert stale.returncode == 1 and "last scheduled the overlay sweep" in stale.stderr, stale

@@ -43,6 +43,18 @@ def test_no_or_a_wrong_token_is_401_and_a_scope_outside_the_grant_403_in_the_env
     assert outside.status_code == 403 and set(outside.json()["error"]) == {"code", "message", "action"}
 
 
+def test_a_403_says_how_to_get_a_token_that_allows_it_on_this_gateway(gateway):
+    client, token = gateway
+    auth = {"Authorization": f"Bearer {token}"}
+    for filters, named in (({"repo": "secret"}, "--repo secret"), ({"tenant": "other"}, "--tenant other"),
+                           ({"repo": "x; rm -rf ~"}, "--repo REPO")):  # only a plain name is pasted into the command
+        r = client.post("/retrieval/context", json={"query": QUERY, "filters": filters}, headers=auth)
+        assert r.status_code == 403, r.text
+        action = r.json()["error"]["action"]
+        assert "`moonmind gateway add-token --name NAME " in action and named in action, action
+        assert "MoonMind admin" not in action
+
+
 def test_health_is_ok_with_an_indexed_collection(gateway):
     client, _ = gateway
     assert client.get("/retrieval/live").json() == {"status": "up"}

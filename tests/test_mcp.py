@@ -23,13 +23,16 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 QUERY = "check the bearer token header"
 
 
-def call(env: dict[str, str], cwd: Path, *calls: tuple[str, dict | None]) -> list:
-    """Start `moonmind mcp`, run `calls` in order (("list", None) lists the tools), return the results."""
+def call(env: dict[str, str], cwd: Path, *calls: tuple[str, dict | None], **client_options) -> list:
+    """Start `moonmind mcp`, run `calls` in order (("list", None) lists the tools), return the results.
+
+    `client_options` go to the SDK's Client (e.g. list_roots_callback, mode).
+    """
 
     async def run() -> list:
         params = StdioServerParameters(command=MOONMIND, args=["mcp"], env=env, cwd=str(cwd))
         out = []
-        async with Client(params, read_timeout_seconds=120) as client:
+        async with Client(params, read_timeout_seconds=120, **client_options) as client:
             for name, args in calls:
                 if name == "list":
                     out.append(await client.list_tools())
@@ -215,3 +218,89 @@ def test_between_calls_the_server_lets_go_of_the_store_but_keeps_its_model(index
     embedder = runtime.get_embedder(settings)
     mcp_server.call("search", {"query": "connection pool", "filters": {"repo": "demo"}})
     assert runtime.get_embedder(settings) is embedder, "the model is loaded once, not per call"
+
+
+# ------------------------------------------------ issue 35: the client's paths ---
+
+
+def roots_of(*dirs: Path):
+    """A client's `list_roots_callback` naming `dirs` as its workspace (MCP roots)."""
+    import mcp_types
+
+    async def list_roots(context):
+        return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri=d.as_uri(), name=d.name) for d in dirs])
+
+    return list_roots
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28 asks in the call's result; older protocols mid-call
+def test_a_relative_path_is_read_against_the_clients_mcp_roots_not_the_servers_directory(prebuilt, env, mode):
+    """Claude Desktop starts servers in `/`: `auth/sessions.py` is the workspace's file, never a tombstone for /auth/."""
+    (prebuilt / "auth" / "sessions.py").write_text(
+        'def rotate_session_cookie(session):\n    """Issue a fresh session cookie after login."""\n    return session.renew()\n'
+    )
+    (upserted,) = call(env, Path("/"),
+                       ("overlay_upsert", {"paths": ["auth/sessions.py"], "run_id": "run-r", "repo": "demo", "tenant": "acme"}),
+                       list_roots_callback=roots_of(prebuilt), mode=mode)
+    assert not upserted.is_error, upserted.content
+    assert upserted.structured_content["files"] == ["auth/sessions.py"]
+    assert upserted.structured_content["tombstones"] == []
+
+
+@pytest.mark.slow
+def test_without_mcp_roots_a_relative_path_is_read_against_moonmind_root(env, repo, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (indexed,) = call({**env, "MOONMIND_ROOT": str(repo)}, elsewhere, ("index", {"path": ".", "repo": "rooted"}))
+    assert not indexed.is_error, indexed.content
+    assert indexed.structured_content["files_indexed"] == 4  # the fixture's four files, not the server's directory
+
+
+@pytest.mark.slow
+def test_a_relative_path_without_roots_or_moonmind_root_is_a_tool_error_naming_the_fix(env, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    index, overlay = call(
+        env, elsewhere,
+        ("index", {"path": ".", "repo": "x"}),
+        ("overlay_upsert", {"paths": ["auth/tokens.py"], "run_id": "run-x", "repo": "demo"}),
+    )
+    for result in (index, overlay):
+        err = envelope(result)
+        assert err["code"] == "invalid_argument" and "is relative" in err["message"], err
+        assert "absolute path" in err["action"] and "MOONMIND_ROOT" in err["action"]
+
+
+@pytest.mark.slow
+def test_overlay_of_a_path_neither_on_disk_nor_indexed_is_an_error_not_a_tombstone(prebuilt, env, tmp_path):
+    (prebuilt / "auth" / "tokens.py").unlink()
+    scope = {"root": str(prebuilt), "run_id": "run-d", "repo": "demo", "tenant": "acme"}
+    typo, deleted = call(
+        env, tmp_path,
+        ("overlay_upsert", {"paths": ["auth/tokns.py"], **scope}),
+        ("overlay_upsert", {"paths": ["auth/tokens.py"], **scope}),
+    )
+    err = envelope(typo)
+    assert err["code"] == "invalid_argument" and "auth/tokns.py" in err["message"] and "not indexed" in err["message"]
+    assert not deleted.is_error, deleted.content  # a deleted file the index holds is still hidden for the run
+    assert deleted.structured_content["tombstones"] == ["auth/tokens.py"]
+
+
+@pytest.mark.slow
+def test_index_refuses_the_file_system_root_and_the_home_directory_unless_forced(env, tmp_path):
+    home = tmp_path / "user"
+    (home / "notes").mkdir(parents=True)
+    (home / "notes" / "todo.py").write_text("def remember_the_milk():\n    return 'milk'\n")
+    root, own_home, forced = call(
+        {**env, "HOME": str(home)}, tmp_path,
+        ("index", {"path": "/", "repo": "everything"}),
+        ("index", {"path": "~", "repo": "home"}),
+        ("index", {"path": str(home), "repo": "home", "force": True}),
+    )
+    for result, where in ((root, "/"), (own_home, str(home.resolve()))):
+        err = envelope(result)
+        assert err["code"] == "invalid_argument" and f"Refusing to index {where}:" in err["message"], err
+        assert "force: true" in err["action"]
+    assert not forced.is_error, forced.content
+    assert forced.structured_content["files_indexed"] == 1

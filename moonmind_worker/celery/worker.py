@@ -115,6 +115,9 @@ def make_app(settings: Settings | None = None) -> Celery:
             "visibility_timeout": settings.broker_visibility_timeout_s,
             "unacked_restore_interval": min(10.0, settings.broker_visibility_timeout_s),
         },
+        # beat writes its schedule file after every send, so the file says when the sweep last went
+        # (the compose healthcheck reads it: moonmind_worker/celery/beat_health.py)
+        beat_sync_every=1,
         beat_schedule={
             SWEEP_SCHEDULE_NAME: {
                 "task": queue_client.SWEEP,

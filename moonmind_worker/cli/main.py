@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "moonmind_worker.cli.gateway",
     "moonmind_worker.cli.serve",
     "moonmind_worker.cli.mcp",
+    "moonmind_worker.cli.completion",
 ]
 
 #: Which module registers each command, so a command builds only its own parser: building all of
@@ -47,6 +48,7 @@ COMMANDS: dict[tuple[str, str], str] = {
     ("rag", "overlay"): "moonmind_worker.cli.overlay",
     ("rag", "eval"): "moonmind_worker.cli.quality",
     ("rag", "stats"): "moonmind_worker.cli.quality",
+    ("rag", "repos"): "moonmind_worker.cli.quality",
     ("rag", "packs"): "moonmind_worker.cli.packs",
     ("rag", "sync-embedding"): "moonmind_worker.cli.sync",
     ("worker", "doctor"): "moonmind_worker.cli.worker",
@@ -57,10 +59,11 @@ COMMANDS: dict[tuple[str, str], str] = {
     ("gateway", "add-token"): "moonmind_worker.cli.gateway",
     ("serve", ""): "moonmind_worker.cli.serve",
     ("mcp", ""): "moonmind_worker.cli.mcp",
+    ("completion", ""): "moonmind_worker.cli.completion",
 }
 
-#: Commands without sub-commands (`moonmind serve`, `moonmind mcp`).
-SINGLE = ("serve", "mcp")
+#: Commands without sub-commands (`moonmind serve`, `moonmind mcp`, `moonmind completion`).
+SINGLE = ("serve", "mcp", "completion")
 
 GROUPS = {
     "rag": "retrieval: index, search and related tools",
@@ -68,6 +71,49 @@ GROUPS = {
     "job": "job lifecycle hooks",
     "task": "queued Celery tasks: read one back",
     "gateway": "the RetrievalGateway HTTP service",
+}
+
+#: Examples at the end of each main command's --help (`epilog`), by command path ('' is `moonmind`).
+#: `tests/test_terminal_view.py` parses every one of them.
+EXAMPLES: dict[str, str] = {
+    "": """\
+  moonmind rag index . --repo myrepo                  index this tree (run it again after changes)
+  moonmind rag search "where are bearer tokens checked" --repo myrepo
+  moonmind rag repos                                  what is indexed
+  moonmind worker doctor                              check that retrieval works here
+  source <(moonmind completion bash)                  complete commands and flags in this shell""",
+    "rag index": """\
+  moonmind rag index . --repo myrepo
+  moonmind rag index ~/src/api --repo api --tenant acme --json""",
+    "rag search": """\
+  moonmind rag search "where are bearer tokens checked" --repo myrepo
+  moonmind rag search "retry with backoff" --top-k 3 --full       the whole pack, as a pipe gets it
+  moonmind rag search "connection pool" --filters language=python --json
+  moonmind rag search "cache ttl" --repo myrepo | pbcopy              piped: the context block to paste""",
+    "rag repos": """\
+  moonmind rag repos
+  moonmind rag repos --tenant acme --json""",
+    "rag stats": """\
+  moonmind rag stats --repo myrepo
+  moonmind rag stats --repo myrepo --root . --json""",
+    "rag overlay": """\
+  moonmind rag overlay upsert src/app.py src/removed.py --run-id run-1
+  moonmind rag overlay list --run-id run-1
+  moonmind rag overlay clean --run-id run-1""",
+    "rag eval": """\
+  moonmind rag eval --queries queries.json --repo myrepo --k 10""",
+    "worker doctor": """\
+  moonmind worker doctor
+  moonmind worker doctor --json""",
+    "job start": """\
+  moonmind job start --manifest job.json --env-file job.env""",
+    "gateway serve": """\
+  moonmind gateway add-token --name ci --repo myrepo
+  moonmind gateway serve --port 8088""",
+    "completion": """\
+  source <(moonmind completion bash)
+  moonmind completion bash > ~/.local/share/bash-completion/completions/moonmind
+  moonmind completion zsh > ~/.zfunc/_moonmind      with fpath=(~/.zfunc $fpath) before compinit in ~/.zshrc""",
 }
 
 
@@ -79,6 +125,12 @@ class _Formatter(argparse.HelpFormatter):
         if width is None:
             width = _terminal_columns() - 2
         super().__init__(prog, indent_increment, max_help_position, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """Text of several lines (the examples) as written; one line is filled as argparse does."""
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
 
 def _terminal_columns() -> int:
@@ -94,14 +146,92 @@ def _terminal_columns() -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors through the same envelope and exit code."""
+    """argparse that reports usage errors through the same envelope and exit code, with a "did you mean"."""
+
+    _hint: str | None = None  # what an invalid choice was probably meant to be (`_check_value` → `error`)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, with unknown flags reported by the command they were given to (not `moonmind`), and the closest flag."""
+        argv = sys.argv[1:] if args is None else list(args)
+        parsed, extras = self.parse_known_args(argv, namespace)
+        if extras:
+            chosen = _chosen(self, argv)
+            raise MoonmindError("invalid_argument", f"{chosen.prog}: unrecognized arguments: {' '.join(extras)}",
+                                _did_you_mean(_closest_flag(chosen, extras)) + f"See `{chosen.prog} --help`.")
+        return parsed
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError:
+            self._hint = _closest_choice(self, action, value)  # for `error`, which argparse calls next
+            raise
+
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise MoonmindError("invalid_argument", f"{self.prog}: {message}", f"See `{self.prog} --help`.")
+        hint, self._hint = getattr(self, "_hint", None), None
+        raise MoonmindError("invalid_argument", f"{self.prog}: {message}", _did_you_mean(hint) + f"See `{self.prog} --help`.")
+
+
+def _did_you_mean(hint: str | None) -> str:
+    return f"Did you mean `{hint}`? " if hint else ""
+
+
+def _chosen(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub-)command parser `argv` names: `moonmind rag search ...` → the parser of `rag search`."""
+    for token in argv:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None:
+            break
+        if token in sub.choices:
+            parser = sub.choices[token]
+    return parser
+
+
+def _closest_flag(parser: argparse.ArgumentParser, extras: list[str]) -> str | None:
+    """The command's flag an unknown one was probably meant to be (`--top_k` → `--top-k`)."""
+    import difflib
+
+    flags = [f for f in parser._option_string_actions if f.startswith("--")]
+    for token in extras:
+        if not token.startswith("-"):
+            continue
+        given = token.split("=", 1)[0]
+        dashed = "--" + given.lstrip("-").replace("_", "-").lower()
+        if dashed in flags:
+            return dashed
+        close = difflib.get_close_matches(given, flags, n=1, cutoff=0.6)
+        if close:
+            return close[0]
+    return None
+
+
+def _closest_choice(parser: argparse.ArgumentParser, action: argparse.Action, value: Any) -> str | None:
+    """What an invalid choice was probably meant to be: a command in its group (`moonmind search` →
+    `moonmind rag search`), a mistyped command (`rag serch` → `moonmind rag search`), or a value."""
+    import difflib
+
+    choices = [str(c) for c in action.choices or ()]
+    value = str(value)
+    if not isinstance(action, argparse._SubParsersAction):
+        close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
+        return close[0] if close else None
+    if action.dest == "group":  # `moonmind WORD`: WORD may be a command of a group
+        commands = [" ".join(k).strip() for k in COMMANDS]
+        named = [c for c in commands if c.split()[-1] == value]
+        if named:
+            return f"moonmind {named[0]}"
+        close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
+        if close:
+            return f"moonmind {close[0]}"
+        by_name = {c.split()[-1]: c for c in reversed(commands)}
+        close = difflib.get_close_matches(value, list(by_name), n=1, cutoff=0.6)
+        return f"moonmind {by_name[close[0]]}" if close else None
+    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
+    return f"{parser.prog} {close[0]}" if close else None
 
 
 def modules_for(argv: list[str] | None) -> list[str]:
@@ -125,6 +255,20 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         p.set_defaults(_group_parser=p)
     for module in modules_for(argv):
         importlib.import_module(module).register(groups)
+    for path, text in EXAMPLES.items():
+        command = _subparser(parser, path.split())
+        if command is not None:  # registered (a command builds only its own parser)
+            command.epilog = "examples:\n" + text
+    return parser
+
+
+def _subparser(parser: argparse.ArgumentParser, names: list[str]) -> argparse.ArgumentParser | None:
+    """The parser of the command `names` ([] for `moonmind`), None when it is not registered."""
+    for name in names:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or name not in sub.choices:
+            return None
+        parser = sub.choices[name]
     return parser
 
 

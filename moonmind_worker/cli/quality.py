@@ -1,4 +1,5 @@
-"""`moonmind rag eval` (retrieval quality on a query file) and `moonmind rag stats` (what the index holds)."""
+"""`moonmind rag eval` (retrieval quality on a query file), `moonmind rag stats` (what the index holds for a
+repository) and `moonmind rag repos` (which repositories it holds)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def register(groups: dict) -> None:
     p.add_argument("--root", default=None, help="the indexed tree: also list files on disk with no chunk")
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
     p.set_defaults(_handler=cmd_stats)
+
+    p = rag.add_parser("repos", help="the indexed repositories: tenant, files, chunks, model, last indexed")
+    p.add_argument("--tenant", default=None, help="only this tenant (default: MOONMIND_TENANT, else every tenant)")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(_handler=cmd_repos)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -79,3 +85,33 @@ def cmd_stats(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(printable(out["text"]))
     return 0
+
+
+def cmd_repos(args: argparse.Namespace) -> int:
+    from ..owner.client import execute
+    from ..settings import get_settings
+
+    settings = get_settings()
+    out = execute(settings, "repos", {"tenant": args.tenant or settings.tenant})
+    if args.json:
+        sys.stdout.write(json.dumps(out["repos"], indent=2) + "\n")
+    else:
+        sys.stdout.write(printable(format_repos(out["repos"], out["collection"])))
+    return 0
+
+
+def format_repos(repos: list[dict], collection: str) -> str:
+    """`rag repos` as a table: repository, tenant, files, chunks, model, last indexed."""
+    if not repos:
+        return f"No repository is indexed in collection {collection} yet: run `moonmind rag index PATH --repo NAME`.\n"
+    head = ("repository", "tenant", "files", "chunks", "model", "last indexed")
+    rows = [head] + [
+        (printable(r["repo"], single_line=True), printable(r["tenant"], single_line=True), str(r["files"]), str(r["chunks"]),
+         printable(r["model"] or "-", single_line=True), r["last_indexed"] or "-")
+        for r in repos
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    right = {2, 3}  # the counts
+    lines = ["  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    return "\n".join(lines) + "\n"

@@ -40,6 +40,7 @@ def register(groups: dict) -> None:
     p.add_argument("--repo", required=True, help="repository name stored with every chunk")
     p.add_argument("--tenant", default=None, help="tenant (default: MOONMIND_TENANT or 'default')")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--force", action="store_true", help="index PATH even when it is / or your home directory (refused otherwise)")
     add_execution_arguments(p, write=True)
     p.set_defaults(_handler=cmd_index)
 
@@ -106,6 +107,11 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", nargs="+", default=[], metavar="KEY=VALUE", help="tokens=N latency_ms=M")
     p.add_argument("--json", action="store_true", help="print the full ContextPack JSON on stdout")
     p.add_argument("--output-file", default=None, help="also write the ContextPack JSON to this file")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--short", dest="view", action="store_const", const="short",
+                      help="citations (path#lines, score) with the first lines of each hit: the default on a terminal")
+    view.add_argument("--full", dest="view", action="store_const", const="full",
+                      help="the whole context block an agent pastes: the default when stdout is piped or redirected")
 
 
 def add_transport_arguments(p: argparse.ArgumentParser) -> None:
@@ -240,7 +246,15 @@ def print_pack(pack: dict[str, Any], args: argparse.Namespace) -> int:
     body = json.dumps(pack, indent=2, ensure_ascii=False) if args.json or args.output_file else ""
     if args.output_file:
         write_atomic(args.output_file, body + "\n")
-    sys.stdout.write(body + "\n" if args.json else pack["context_text"])
+    if args.json:
+        sys.stdout.write(body + "\n")
+    elif getattr(args, "view", None) == "short" or (getattr(args, "view", None) is None and sys.stdout.isatty()):
+        from .main import _terminal_columns
+        from .view import colour_wanted, short_view
+
+        sys.stdout.write(short_view(pack, colour=colour_wanted(sys.stdout), width=_terminal_columns()))
+    else:  # piped or redirected (what an agent pastes), or --full
+        sys.stdout.write(pack["context_text"])
     sys.stdout.flush()
     return 0
 
@@ -273,10 +287,73 @@ def cmd_search(args: argparse.Namespace) -> int:
     return print_pack(pack, args)
 
 
+def too_broad(root: Path) -> str | None:
+    """Why indexing `root` needs --force: the root of the file system, the user's home, or a directory holding it.
+
+    Why refuse: such a tree is every project, cache and credential file of the box in one
+    repository, hours of indexing that no search wants; it is nearly always a wrong directory.
+    """
+    import os
+
+    resolved = root.resolve()
+    if resolved == Path(resolved.anchor):
+        return "the root of the file system"
+    home = Path(os.path.expanduser("~")).resolve()
+    if resolved == home:
+        return "your home directory"
+    if resolved in home.parents:
+        return f"a directory holding your home directory ({home})"
+    return None
+
+
+def refuse_broad_root(root: Path, force: bool) -> None:
+    why = None if force else too_broad(root)
+    if why is not None:
+        resolved = root.resolve()
+        raise MoonmindError(
+            "invalid_argument",
+            f"Refusing to index {resolved}: it is {why}, whose every project, cache and dotfile would become one repository.",
+            f"Pass the root of one repository (e.g. `moonmind rag index ~/src/myproject --repo myproject`), "
+            f"or add --force to index {resolved} anyway.",
+        )
+
+
+def index_progress(settings: Any):
+    """An index run's progress: kept going from the start (the tree is read, the model loads) until `close()`,
+    after the optimize that follows the last file, so it ends right before the summary."""
+    from .progress import reporter
+
+    return reporter(interval_s=settings.progress_interval_s, until_closed=True,
+                    starting="starting: reading the tree and what the index holds",
+                    working="embedding and writing chunks",
+                    finishing="finishing: removing deleted files' chunks, building the search index")
+
+
+def warn_if_nothing_indexed(report: dict[str, Any], path: str) -> None:
+    """A tree with no indexable file is no error (exit 0: a repository may be empty), but it is said on stderr, with why."""
+    if report.get("files_indexed", 0) or report.get("files_unchanged", 0):
+        return
+    seen = report.get("files_seen", 0)
+    if seen:
+        reasons = ", ".join(f"{n} {reason}" for reason, n in (report.get("skipped_by_reason") or {}).items())
+        what = f"no indexable file in {path}: {seen} files seen, all skipped ({reasons})."
+    else:
+        what = (f"no file to index in {path}: it is empty, or every file in it is ignored (.gitignore, or directories "
+                f"never indexed such as .git/, node_modules/ and build/).")
+    dirs = report.get("dirs_skipped", 0)
+    if dirs:
+        what += f" {dirs} {'directory was' if dirs == 1 else 'directories were'} not read."
+    if report.get("files_deleted"):
+        what += f" The {report['files_deleted']} files repo={report.get('repo')} held in the index before were removed."
+    sys.stderr.write(printable(f"warning: {what} Check the path (the root of a repository); --json lists each skipped "
+                               f"file and its reason.\n"))
+
+
 def print_index_report(report: dict[str, Any], args: argparse.Namespace) -> int:
     """One rendering of an index run (IndexReport's JSON dict), for sync and queue alike."""
     import json
 
+    warn_if_nothing_indexed(report, args.path)
     if args.json:
         sys.stdout.write(json.dumps({k: v for k, v in report.items() if k != "line"}, indent=2) + "\n")
     else:
@@ -289,6 +366,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     tenant = args.tenant or settings.scope_tenant
+    refuse_broad_root(Path(args.path), args.force)
     if execution_mode(args) == "queue":
         from ..transports.queue_client import INDEX
 
@@ -297,13 +375,16 @@ def cmd_index(args: argparse.Namespace) -> int:
         wait = not args.no_wait
         # an index takes as long as the tree: wait for it (with the worker's progress) unless --timeout says otherwise
         timeout = queue_timeout(args) if args.timeout is not None else None
-        progress = None
-        if wait:
-            from .progress import reporter
-
-            progress = reporter(interval_s=settings.progress_interval_s)
-        out = run_queued(INDEX, {"request": request}, queue=settings.index_queue, timeout_s=timeout, wait=wait,
-                         progress=progress)
+        progress = index_progress(settings) if wait else None
+        try:
+            out = run_queued(INDEX, {"request": request}, queue=settings.index_queue, timeout_s=timeout, wait=wait,
+                             progress=progress)
+        except BaseException:
+            if progress is not None:
+                progress.close(final=False)
+            raise
+        if progress is not None:
+            progress.close()  # the progress ends right before the summary
         if not wait:
             return print_task_id(out, args)
         return print_index_report(expect_keys(out, INDEX_REPORT_KEYS, "an IndexReport"), args)
@@ -311,11 +392,16 @@ def cmd_index(args: argparse.Namespace) -> int:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
     from ..owner.client import execute
-    from .progress import reporter
 
     root = Path(args.path)
     if not root.is_dir():
         raise MoonmindError("invalid_argument", f"{args.path} is not a directory.", "Pass the root of the repository to index.")
     request = {"path": str(root.resolve()), "repo": args.repo, "tenant": tenant}
-    report = execute(settings, "index", request, progress=reporter(interval_s=settings.progress_interval_s))
+    progress = index_progress(settings)
+    try:
+        report = execute(settings, "index", request, progress=progress)
+    except BaseException:
+        progress.close(final=False)
+        raise
+    progress.close()  # the progress ends right before the summary
     return print_index_report(report, args)

@@ -24,6 +24,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import secrets
 import stat
 import threading
@@ -175,6 +176,20 @@ def _echo(value: str) -> str:
     return repr(value if len(value) <= _ECHO_MAX else value[:_ECHO_MAX] + "…")
 
 
+#: A repository or tenant name shown as is in a suggested command (anything else: a placeholder).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _add_token(*, repo: str | None = None, tenant: str | None = None) -> str:
+    """The command that issues a token for `repo` / `tenant` on the gateway's host (`moonmind gateway add-token`)."""
+
+    def shown(value: str | None, placeholder: str) -> str:
+        return value if value is not None and _PLAIN_NAME.fullmatch(value) else placeholder
+
+    return (f"`moonmind gateway add-token --name NAME --repo {shown(repo, 'REPO')} --tenant {shown(tenant, 'TENANT')}` "
+            "(prints the new token once; the gateway reloads its tokens file)")
+
+
 def authorize(grant: TokenGrant, query: RetrievalQuery, default_top_k: int) -> tuple[RetrievalQuery, Scope]:
     """Enforce the grant on a query: 403 outside the allow-list; the Scope every search is confined to.
 
@@ -186,13 +201,15 @@ def authorize(grant: TokenGrant, query: RetrievalQuery, default_top_k: int) -> t
         raise MoonmindError(
             "forbidden",
             f"Repository {_echo(f.repo)} is not permitted for this worker token.",
-            "Request access in MoonMind admin, or filter on a repository this token allows.",
+            f"Filter on a repository this token allows, or ask the gateway's operator for a token that allows it: "
+            f"{_add_token(repo=f.repo)}.",
         )
     if f.tenant is not None and f.tenant not in grant.tenants:
         raise MoonmindError(
             "forbidden",
             f"Tenant {_echo(f.tenant)} is not permitted for this worker token.",
-            "Request access in MoonMind admin, or filter on a tenant this token allows.",
+            f"Filter on a tenant this token allows, or ask the gateway's operator for a token that allows it: "
+            f"{_add_token(tenant=f.tenant)}.",
         )
     update: dict = {}
     if grant.max_top_k is not None:

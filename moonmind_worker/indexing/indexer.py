@@ -50,20 +50,43 @@ class IndexSummary:
     resumed: bool = False
     worker_died: bool = False
 
+    def skipped_by_reason(self) -> dict[str, int]:
+        """The files seen and not indexed, counted by reason, most frequent first (directories and ignore rules apart)."""
+        counts: dict[str, int] = {}
+        for s in self.skipped:
+            if s.kind == "file":
+                counts[s.reason] = counts.get(s.reason, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
+    def dirs_skipped(self) -> int:
+        return sum(1 for s in self.skipped if s.kind == "directory")
+
     def report(self):
         """The wire form (contracts.IndexReport) every entry point prints from."""
         from ..contracts import IndexReport, SkippedFile
 
         data = {k: v for k, v in self.__dict__.items() if k != "skipped"}
-        skipped = [SkippedFile(path=s.path, reason=s.reason) for s in self.skipped]
-        return IndexReport(**data, skipped=skipped, line=self.line())
+        skipped = [SkippedFile(path=s.path, reason=s.reason, kind=s.kind) for s in self.skipped]
+        by_reason = self.skipped_by_reason()
+        return IndexReport(**data, skipped=skipped, files_skipped=sum(by_reason.values()), skipped_by_reason=by_reason,
+                           dirs_skipped=self.dirs_skipped, line=self.line())
 
     def line(self) -> str:
+        """One line whose figures add up: files seen = indexed + unchanged + skipped (the main reasons named)."""
         rate = self.chunks_written / self.seconds if self.seconds > 0 else 0.0
+        by_reason = self.skipped_by_reason()
+        reasons = [f"{n} {reason}" for reason, n in by_reason.items()]
+        if len(reasons) > 4:  # the three most frequent, and the rest together (--json lists them all)
+            reasons[3:] = [f"{sum(list(by_reason.values())[3:])} for other reasons"]
+        dirs = self.dirs_skipped
         return (
-            f"indexed repo={self.repo} tenant={self.tenant}: {self.files_seen} files "
-            f"({self.files_indexed} changed, {self.files_unchanged} unchanged, {self.files_deleted} deleted), "
-            f"{self.chunks_written} chunks written ({rate:.0f}/s), {len(self.skipped)} skipped, {self.seconds:.2f}s"
+            f"indexed repo={self.repo} tenant={self.tenant}: {self.files_seen} files seen = {self.files_indexed} indexed + "
+            f"{self.files_unchanged} unchanged + {sum(by_reason.values())} skipped"
+            + (f" ({', '.join(reasons)})" if reasons else "")
+            + f"; {self.files_deleted} deleted"
+            + (f"; {dirs} {'directory' if dirs == 1 else 'directories'} not read" if dirs else "")
+            + f"; {self.chunks_written} chunks written ({rate:.0f}/s), {self.seconds:.2f}s"
             + ("; every file re-chunked (chunking changed since the last run)" if self.rechunked else "")
             + ("; resumed a run that was cut short (the files it finished were kept)" if self.resumed else "")
             + ("; an index worker died (out of memory, killed, or could not start) and the run went on in this process"
@@ -228,7 +251,8 @@ def index_repository(
     store.set_metadata(chunk_recipes=recipes, unfinished_index_runs=unfinished)
 
     files = list(walk(root, summary.skipped))
-    summary.files_seen = len(files)
+    # every file the walk met that is not ignored: each ends indexed, unchanged or skipped (with its reason)
+    summary.files_seen = len(files) + sum(1 for s in summary.skipped if s.kind == "file")
     batch_chunks = max(settings.embedding_batch_size * 4, 256)
     pool = workers.Pool(embedder, settings)
     pool.expect(sum(_size(path) for rel, path in files if rel not in stored))  # new files: a cold run's whole tree

@@ -15,9 +15,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..contracts import CANONICAL
 from ..embedding import Embedder
+from ..errors import MoonmindError
 from ..settings import Settings
 from ..store import Store
+from ..store.base import Match, Where
 from ..store.guardrails import check_collection
 from ..store.scopes import canonical_repo
 from ..text.chunking import chunk_text
@@ -97,6 +100,43 @@ def collect_stats(
         stats.unindexed = sorted(on_disk - set(per_file))
         stats.stale = sorted(set(per_file) - on_disk)
     return stats
+
+
+def indexed_repos(store: Store, tenant: str | None = None) -> list[dict]:
+    """Every repository with canonical chunks (in `tenant`, or every tenant): what `rag repos` lists.
+
+    One scroll over the canonical points' small payload fields (no text, no vectors): files, chunks,
+    the embedding model(s) and the newest `indexed_at`, per (repository, tenant).
+    """
+    must: tuple = (Match("trust_class", CANONICAL),) + ((Match("tenant", tenant),) if tenant else ())
+    per: dict[tuple[str, str], dict] = {}
+    for hit in store.scroll(Where(must=must), ["repo", "tenant", "path", "model_version", "indexed_at"]):
+        p = hit.payload
+        row = per.setdefault((str(p.get("repo", "")), str(p.get("tenant", ""))), {"paths": set(), "chunks": 0, "models": set(), "last": ""})
+        row["paths"].add(p.get("path"))
+        row["chunks"] += 1
+        row["models"].add(str(p.get("model_version") or ""))
+        row["last"] = max(row["last"], str(p.get("indexed_at") or ""))
+    return [
+        {"repo": repo, "tenant": t, "files": len(row["paths"]), "chunks": row["chunks"],
+         "model": ", ".join(sorted(m for m in row["models"] if m)), "last_indexed": row["last"] or None}
+        for (repo, t), row in sorted(per.items())
+    ]
+
+
+def unknown_repo(repo: str, tenant: str | None, known: list[dict]) -> MoonmindError:
+    """`rag stats` of a repository with no chunk (in `tenant`): a usage error that names the indexed ones."""
+    where = f" in tenant {tenant!r}" if tenant else ""
+    if not known:
+        return MoonmindError("invalid_argument", f"No repository {repo!r} is indexed{where}: nothing is indexed yet.",
+                             "Index it first: moonmind rag index PATH --repo NAME.")
+    names = [f"{k['repo']} (tenant {k['tenant']})" for k in known[:20]]
+    more = f", and {len(known) - 20} more" if len(known) > 20 else ""
+    return MoonmindError(
+        "invalid_argument", f"No repository {repo!r} is indexed{where}.",
+        f"Indexed: {', '.join(names)}{more}. Pass one of them (`moonmind rag repos` lists them), "
+        "or index it: moonmind rag index PATH --repo NAME.",
+    )
 
 
 def format_stats(stats: IndexStats) -> str:

@@ -83,7 +83,7 @@ def describe_store(settings: Settings) -> str:
     if settings.embedded_store:
         return f"embedded Qdrant Edge at {settings.data_dir}"
     url = settings.qdrant_url or ""
-    if not url.startswith(("http://", "https://")):
+    if not url.lower().startswith(("http://", "https://")):
         return f"qdrant-client local mode ({url})"
     return redact(url, settings.secrets())
 

@@ -214,11 +214,14 @@ def serves_here(settings: Any) -> bool:
     return True
 
 
-def find(settings: Any, collection: str | None = None, *, start: bool = True) -> Owner | None:
+def find(settings: Any, collection: str | None = None, *, start: bool = True, creates: bool = False) -> Owner | None:
     """The live owner this process should use for `collection`, or None (then run one-shot).
 
     While another process takes the store over (`handover`), this waits for its socket rather
-    than start an owner of its own or run one-shot beside it.
+    than start an owner of its own or run one-shot beside it. An owner is started (auto mode)
+    only for a store that is there, or for an operation that `creates` it: an owner holds its lock
+    and socket in the store's directory, and a read (a search, stats, the doctor) on an empty
+    MOONMIND_HOME must leave nothing behind; run one-shot, it answers collection_missing.
     """
     if not settings.embedded_store or settings.owner_mode == "off" or _holds_here(settings, collection):
         return None
@@ -231,13 +234,15 @@ def find(settings: Any, collection: str | None = None, *, start: bool = True) ->
         if handover.pending(store_dir) is not None:
             until = time.monotonic() + handover.HANDOVER_S
             owner = handover.wait_while_pending(store_dir, until, lambda: connect(settings.data_dir, name))  # type: ignore[assignment]
-    if owner is None and start and settings.owner_mode == "auto":
+    if owner is None and start and settings.owner_mode == "auto" and (creates or os.path.lexists(settings.data_dir / name)):
         owner = start_background_owner(settings, name)
     return owner
 
 
 #: How many owners one operation tries when each goes away before answering (a hand-over, a crash).
 ATTEMPTS = 3
+#: The operations that may create the store (ops.WRITES, named here: the thin client does not import ops).
+CREATES = frozenset({"index", "overlay_upsert", "overlay_clean", "sync_embedding"})
 
 
 def execute(
@@ -253,7 +258,7 @@ def execute(
     """
     gone = None
     for _ in range(ATTEMPTS):
-        owner = find(settings, collection, start=start_owner)
+        owner = find(settings, collection, start=start_owner, creates=op in CREATES)
         if owner is None:
             break
         pid = owner.pid

@@ -113,7 +113,22 @@ def stats(settings, args: dict[str, Any], progress: Progress = None) -> dict[str
     embedder, store = _resources(settings)
     root = Path(args["root"]) if args.get("root") else None
     result = collect_stats(repo=args["repo"], tenant=args.get("tenant"), root=root, settings=settings, embedder=embedder, store=store)
+    if not result.files:  # a mistyped or never indexed repository: say so, with the ones there are
+        from ..indexing.stats import indexed_repos, unknown_repo
+        from ..job_scope import bound
+
+        raise unknown_repo(args["repo"], args.get("tenant"), indexed_repos(store, bound(settings, "tenant")))
     return {"stats": result.to_dict(), "text": format_stats(result)}
+
+
+def repos(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """Every indexed repository (canonical chunks), in one tenant or all: `rag repos`. A read: no collection is none."""
+    from .. import runtime
+    from ..indexing.stats import indexed_repos
+
+    store = runtime.get_store(settings)
+    held = indexed_repos(store, args.get("tenant") or None) if store.info() is not None else []
+    return {"collection": store.collection, "repos": held}
 
 
 def chunks(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
@@ -169,6 +184,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "overlay_clean": overlay_clean,
     "overlay_list": overlay_list,
     "stats": stats,
+    "repos": repos,
     "checks": checks,
     "chunks": chunks,
     "sync_embedding": sync_embedding,

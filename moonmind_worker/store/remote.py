@@ -45,6 +45,7 @@ class QdrantClientStore:
     location: str
     _has_key: bool
     _local_lock: Any  # a lock in local mode (one client per path), else a no-op context
+    _path: str | None = None  # local mode on a path that holds nothing yet: opened by the first `create`
 
     def __init__(self, settings: Settings, collection: str, *, share: "QdrantClientStore | None" = None) -> None:
         """`share`: another store whose client this one uses (a sync target: local mode allows one client per path)."""
@@ -60,7 +61,7 @@ class QdrantClientStore:
             return
         url = settings.qdrant_url or ":memory:"
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        self.local = not url.startswith(("http://", "https://"))
+        self.local = not url.lower().startswith(("http://", "https://"))
         if url == ":memory:":
             self._client = QdrantClient(location=":memory:")
         elif not self.local:
@@ -72,17 +73,17 @@ class QdrantClientStore:
                     url=url, api_key=key, timeout=int(max(settings.qdrant_timeout_s, 1)), check_compatibility=False
                 )
         else:
-            path = url.removeprefix("file://")
-            try:
-                self._client = QdrantClient(path=path)
-            except RuntimeError as exc:
-                if "already accessed" not in str(exc):
-                    raise
-                raise MoonmindError(
-                    "store_busy",
-                    f"The local Qdrant store {path} is in use by another process.",
-                    "Run searches through the worker or point QDRANT_URL at a Qdrant server.",
-                ) from None
+            import os
+
+            path = os.path.expanduser(url[len("file://"):] if url.lower().startswith("file://") else url)
+            if os.path.lexists(path):
+                self._client = _local_client(path)
+            else:
+                # nothing stored there yet: an empty stand-in answers every read (no collection) without
+                # creating the directory, which only the first write (`create`) does (a search must
+                # leave no store behind)
+                self._client = QdrantClient(location=":memory:")
+                self._path = path
         self.location = url
         self._has_key = key is not None
         self._physical = False  # True for a sync target: created as itself, never behind an alias
@@ -130,6 +131,10 @@ class QdrantClientStore:
         """A physical collection behind an alias named `collection`, so sync-embedding can switch atomically."""
         from qdrant_client import models as m
 
+        if self._path is not None:  # local mode: the path is created now, by the first write
+            with self._local_lock:
+                self._client.close()
+                self._client, self._path = _local_client(self._path), None
         # every call through _call: retried when transient, a 401/403 explained like every other operation
         physical = self.collection if self._physical else (self.alias_target() or f"{self.collection}__v1")
         if self._call(lambda: self._client.collection_exists(physical), "Qdrant"):
@@ -337,6 +342,22 @@ class QdrantClientStore:
     def close(self) -> None:
         if not self._shared:
             self._client.close()
+
+
+def _local_client(path: str) -> Any:
+    """qdrant-client's local mode on `path` (it creates the directory), or store_busy while another process has it."""
+    from qdrant_client import QdrantClient
+
+    try:
+        return QdrantClient(path=path)
+    except RuntimeError as exc:
+        if "already accessed" not in str(exc):
+            raise
+        raise MoonmindError(
+            "store_busy",
+            f"The local Qdrant store {path} is in use by another process.",
+            "Run searches through the worker or point QDRANT_URL at a Qdrant server.",
+        ) from None
 
 
 def _explain_auth(err: MoonmindError, has_key: bool) -> MoonmindError:

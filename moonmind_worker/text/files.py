@@ -33,6 +33,9 @@ SKIP_SUFFIXES = (".min.js", ".min.css", ".map", ".lock", ".pyc", ".so", ".dll", 
 class Skipped:
     path: str
     reason: str
+    #: "file": a file of the tree, counted in an index run's files_seen; "directory": one not walked
+    #: into; "ignore rule": a pattern of an ignore file that was not applied
+    kind: str = "file"
 
 
 def is_binary(data: bytes) -> bool:
@@ -252,7 +255,7 @@ def _patterns(lines: list[str], source: str, skipped: list[Skipped] | None) -> l
             out.append(pattern)
         elif skipped is not None:
             shown = line if len(line) <= 120 else line[:120] + "…"
-            skipped.append(Skipped(source, f"ignore pattern {shown!r} not applied: {why}"))
+            skipped.append(Skipped(source, f"ignore pattern {shown!r} not applied: {why}", "ignore rule"))
     return out
 
 
@@ -282,7 +285,7 @@ def _gitignore(dir_fd: int, rel: str, skipped: list[Skipped] | None = None):
             data = _read_beneath(dir_fd, name, IGNORE_FILE_MAX_BYTES)
         except Unreadable as exc:
             if str(exc) == LINK_NOT_FOLLOWED and skipped is not None:
-                skipped.append(Skipped(source, LINK_NOT_FOLLOWED + ": its patterns are not applied"))
+                skipped.append(Skipped(source, LINK_NOT_FOLLOWED + ": its patterns are not applied", "ignore rule"))
             continue
         except OSError:
             continue
@@ -305,9 +308,9 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
     specs: list[tuple[str, object]] = []  # (base rel dir, spec) stack
     stack: list[tuple[int, str, Iterator[os.DirEntry[str]], bool]] = []  # (fd, rel, entries left, has a spec)
 
-    def note(path: str, reason: str) -> None:
+    def note(path: str, reason: str, kind: str = "file") -> None:
         if skipped is not None:
-            skipped.append(Skipped(path, reason))
+            skipped.append(Skipped(path, reason, kind))
 
     def enter(fd: int, rel: str) -> None:
         try:
@@ -315,7 +318,7 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
             os.close(fd)
-            note(rel or ".", f"unreadable directory ({exc.strerror or type(exc).__name__})")
+            note(rel or ".", f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
             return
         spec = _gitignore(fd, rel, skipped)
         if spec is not None:
@@ -325,7 +328,7 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
     try:
         enter(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), "")  # the root the caller named
     except OSError as exc:
-        note(".", f"unreadable directory ({exc.strerror or type(exc).__name__})")
+        note(".", f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
     try:
         while stack:
             fd, rel, entries, has_spec = stack[-1]
@@ -348,19 +351,19 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
                 continue
             problem = name_problem(e.name)
             if problem is not None:
-                note(_shown(child), problem)
+                note(_shown(child), problem, "directory" if is_dir else "file")
                 continue
             if is_dir:
                 if e.name in SKIP_DIRS or e.name.endswith(".egg-info") or _ignored_by(specs, child, True):
                     continue
                 if len(stack) > MAX_DEPTH:
-                    note(child, f"deeper than {MAX_DEPTH} directory levels: not indexed")
+                    note(child, f"deeper than {MAX_DEPTH} directory levels: not indexed", "directory")
                     continue
                 try:
                     sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     note(child, LINK_NOT_FOLLOWED if exc.errno == errno.ELOOP
-                         else f"unreadable directory ({exc.strerror or type(exc).__name__})")
+                         else f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
                     continue
                 enter(sub, child)
             elif is_file:

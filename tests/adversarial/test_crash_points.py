@@ -292,7 +292,8 @@ def test_an_index_stopped_by_a_signal_mid_run_keeps_what_it_finished_and_the_nex
 
     again = _run(_env(home, "edge"), *args)
     assert again.returncode == 0, again.stderr
-    counts = re.search(rf": {files} files \((\d+) changed, (\d+) unchanged, 0 deleted\), (\d+) chunks written", again.stdout)
+    counts = re.search(rf": {files} files seen = (\d+) indexed \+ (\d+) unchanged \+ 0 skipped; 0 deleted; (\d+) chunks written",
+                       again.stdout)
     assert counts, again.stdout
     resumed, kept, written = map(int, counts.groups())
     assert kept >= 2 and resumed >= 1 and resumed + kept == files, again.stdout  # finished files skipped by hash
