@@ -199,21 +199,6 @@ def _holds_here(settings: Any, collection: str | None) -> bool:
     return store is not None and getattr(store, "holding", True)
 
 
-def serves_here(settings: Any) -> bool:
-    """True when writes to the embedded store run at once on this box: this process or a live owner holds it."""
-    if not settings.embedded_store:
-        return False
-    if _holds_here(settings, None):
-        return True
-    if settings.owner_mode == "off":
-        return False
-    owner = connect(settings.data_dir, settings.collection)
-    if owner is None:
-        return False
-    owner.close()
-    return True
-
-
 def find(settings: Any, collection: str | None = None, *, start: bool = True, creates: bool = False) -> Owner | None:
     """The live owner this process should use for `collection`, or None (then run one-shot).
 

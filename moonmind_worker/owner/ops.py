@@ -133,11 +133,10 @@ def repos(settings, args: dict[str, Any], progress: Progress = None) -> dict[str
 
 def chunks(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
     """How many canonical chunks a repository holds (in one tenant, or all): what `job start` checks."""
+    from ..store.guardrails import check_collection
     from ..store.scopes import canonical_repo
 
     embedder, store = _resources(settings)
-    from ..store.guardrails import check_collection
-
     check_collection(store, embedder)
     return {"chunks": store.count(canonical_repo(str(args["repo"]), args.get("tenant") or None))}
 
