@@ -8,6 +8,11 @@ private MOONMIND_HOME, and scored with the held-out query set committed beside
 this file (`bench/eval-<language>-<project>.json`, written from the code's
 structure before any search result was seen). Reference sets on Python packages
 (click, requests, and `shared/eval/fastapi.json` when present) run the same way.
+
+The sets are split: `dev` (the first project of each language, click, requests) is what a change
+is tuned on; `test` (the second project of each language, fastapi) is looked at once per change.
+`--model OLD --model NEW` scores models side by side in one run (`git:REV` names the shipped
+model at a commit), by set, split and query kind.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ LANGUAGES: tuple[Corpus, ...] = (
     Corpus("monolog", "PHP", "deb", "php-monolog=2.9.1-1", "usr/share/php/Monolog", _eval("php-monolog")),
     Corpus("nlohmann_json", "C++", "deb", "nlohmann-json3-dev=3.11.2-2", "usr/include/nlohmann",
            _eval("cpp-nlohmann_json")),
-    # second project per language (issue 17 follow-up): more evidence before tuning, queries written from
+    # second project per language: more evidence before tuning, queries written from
     # each project's layout and docs before any search result was seen
     Corpus("axios", "JavaScript", "npm", "axios@1.7.9", "package/lib", _eval("javascript-axios")),
     Corpus("immer", "TypeScript", "npm", "immer@10.1.1", "package", _eval("typescript-immer"), drop=("dist",)),
@@ -76,7 +81,7 @@ LANGUAGES: tuple[Corpus, ...] = (
            _eval("php-psr7")),
     Corpus("spdlog", "C++", "deb", "libspdlog-dev=1:1.10.0+ds-0.4", "usr/include/spdlog", _eval("cpp-spdlog")),
 )
-#: Python reference sets (the issue's own baseline figures are on these).
+#: Python reference sets (the first baseline figures were measured on these).
 REFERENCE: tuple[Corpus, ...] = (
     Corpus("click", "Python (click)", "pypi-wheel", "click==8.5.1", "", _eval("click")),
     Corpus("requests", "Python (requests)", "pypi-wheel", "requests==2.32.3", "", _eval("requests")),
@@ -89,11 +94,11 @@ def say(msg: str) -> None:
     sys.stderr.flush()
 
 
-def fetch(c: Corpus) -> Path:
-    """The corpus root under bench/corpus/languages/<repo>, downloading and unpacking it once."""
+def fetch(c: Corpus, base: Path = CORPUS_DIR) -> Path:
+    """The corpus root under `base`/<repo> (bench/corpus/languages), downloading and unpacking it once."""
     if c.registry == "local":
         return Path(c.root)
-    dest = CORPUS_DIR / c.repo
+    dest = base / c.repo
     marker = dest / ".moonmind-spec"
     if marker.is_file() and marker.read_text() == c.spec:
         return dest / "src"
@@ -134,12 +139,40 @@ def fetch(c: Corpus) -> Path:
     return dest / "src"
 
 
-def evaluate(corpora: list[Corpus], home: Path) -> list[dict]:
+#: The test split: the second project of each language and fastapi. Tune on the dev split only;
+#: look at the test split once per change (a rule tuned on the sets it is measured on did not transfer).
+TEST_REPOS = frozenset({"axios", "immer", "httpx", "chi", "toml", "faraday", "psr7", "spdlog", "fastapi"})
+KINDS = ("symbol", "semantic", "architecture")
+
+
+def split_of(c: Corpus) -> str:
+    return "test" if c.repo in TEST_REPOS else "dev"
+
+
+def model_dir(spec: str, tmp: Path) -> Path:
+    """A static model directory: a path, or `git:REV` for the shipped model as of a commit (old vs new in one run)."""
+    if not spec.startswith("git:"):
+        return Path(spec)
+    rev = spec[4:]
+    shipped = "moonmind_worker/models"
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", "-r", rev, shipped],
+                           check=True, capture_output=True, text=True).stdout.split()
+    out = tmp / f"model-{rev}"
+    for name in names:
+        target = out / Path(name).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{name}"], check=True,
+                                          capture_output=True).stdout)
+    return out
+
+
+def evaluate(corpora: list[Corpus], home: Path, model: Path | None = None) -> list[dict]:
     """Index every corpus into its own repo under `home`, then score its query set through the real pipeline."""
     os.environ["MOONMIND_HOME"] = str(home)
     os.environ["MOONMIND_TENANT"] = "bench"
     from moonmind_worker import runtime
     from moonmind_worker.contracts import parse_query
+    from moonmind_worker.embedding.static import StaticEmbedder
     from moonmind_worker.indexing.indexer import index_repository
     from moonmind_worker.retrieval.evaluation import load_queries, run_eval
     from moonmind_worker.retrieval.pipeline import retrieve_context_pack
@@ -147,11 +180,11 @@ def evaluate(corpora: list[Corpus], home: Path) -> list[dict]:
 
     get_settings.cache_clear()
     settings = get_settings()
-    embedder, store = runtime.get_embedder(settings), runtime.get_store(settings)
+    embedder = runtime.get_embedder(settings) if model is None else StaticEmbedder(model, name=settings.model_name)
+    store = runtime.get_store(settings)
     rows = []
     try:
-        # every corpus first, then every query: BM25's IDF is the collection's, so a set scored before
-        # the next corpus was added would see different statistics than the same set scored after it
+        # every corpus first, then every query: a set is scored against the same collection whatever ran before it
         summaries = {c.repo: index_repository(fetch(c), repo=c.repo, tenant="bench", settings=settings,
                                               embedder=embedder, store=store) for c in corpora}
         for c in corpora:
@@ -165,11 +198,12 @@ def evaluate(corpora: list[Corpus], home: Path) -> list[dict]:
 
             report = run_eval(queries, search, k=10, top_k=10)
             rows.append({
-                "language": c.language, "repo": c.repo, "spec": c.spec, "queries": report.queries,
-                "files": getattr(summary, "files_seen", None), "ndcg": report.ndcg, "mrr": report.mrr,
-                "hit_at_3": report.hit_at_3,
+                "language": c.language, "repo": c.repo, "spec": c.spec, "split": split_of(c),
+                "queries": report.queries, "files": getattr(summary, "files_seen", None), "ndcg": report.ndcg,
+                "mrr": report.mrr, "hit_at_3": report.hit_at_3,
                 "categories": {k: v.ndcg for k, v in report.categories.items()},
-                "per_query": [{"query": r.query, "ndcg": round(r.ndcg, 4), "files": r.files[:5]} for r in report.results],
+                "per_query": [{"query": r.query, "category": r.category, "ndcg": round(r.ndcg, 4), "files": r.files[:5]}
+                              for r in report.results],
             })
             say(f"{c.language:<18} {c.spec:<42} NDCG@10 {report.ndcg:.3f}")
     finally:
@@ -180,24 +214,52 @@ def evaluate(corpora: list[Corpus], home: Path) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     """Markdown: one row per language, then the mean over the eight-language sets."""
-    out = ["| language | project (pinned) | queries | NDCG@10 | MRR | hit@3 | architecture | semantic | symbol |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| language | project (pinned) | split | queries | NDCG@10 | MRR | hit@3 | architecture | semantic | symbol |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cats = r["categories"]
-        out.append(f"| {r['language']} | {r['spec']} | {r['queries']} | {r['ndcg']:.3f} | {r['mrr']:.3f} | "
-                   f"{r['hit_at_3']:.2f} | " + " | ".join(f"{cats[k]:.3f}" if k in cats else "" for k in
-                                                        ("architecture", "semantic", "symbol")) + " |")
+        out.append(f"| {r['language']} | {r['spec']} | {r.get('split', '')} | {r['queries']} | {r['ndcg']:.3f} | "
+                   f"{r['mrr']:.3f} | {r['hit_at_3']:.2f} | " + " | ".join(
+                       f"{cats[k]:.3f}" if k in cats else "" for k in ("architecture", "semantic", "symbol")) + " |")
     langs = [r["ndcg"] for r in rows if r["repo"] in {c.repo for c in LANGUAGES}]
     if langs:
-        out.append(f"| **mean of {len(langs)} languages** | | | **{statistics.fmean(langs):.3f}** | | | | | |")
+        out.append(f"| **mean of {len(langs)} languages** | | | | **{statistics.fmean(langs):.3f}** | | | | | |")
     return "\n".join(out)
 
 
-def selected(names: list[str], reference: bool) -> list[Corpus]:
+def summary(rows: list[dict]) -> dict[str, float]:
+    """Mean NDCG@10 over the sets, and per query kind over the queries of that kind."""
+    out = {"mean": statistics.fmean(r["ndcg"] for r in rows)} if rows else {}
+    for kind in KINDS:
+        scores = [q["ndcg"] for r in rows for q in r["per_query"] if q.get("category") == kind]
+        if scores:
+            out[kind] = statistics.fmean(scores)
+    return out
+
+
+def compare(results: dict[str, list[dict]]) -> str:
+    """Models side by side: per set, then per split the mean and each query kind."""
+    names = list(results)
+    first = results[names[0]]
+    out = ["| language | project | split | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for i, r in enumerate(first):
+        out.append(f"| {r['language']} | {r['repo']} | {r['split']} | " +
+                   " | ".join(f"{results[n][i]['ndcg']:.3f}" for n in names) + " |")
+    for split in ("dev", "test"):
+        sums = {n: summary([r for r in results[n] if r["split"] == split]) for n in names}
+        for key in ("mean", *KINDS):
+            if key in sums[names[0]]:
+                out.append(f"| **{split}: {key}** | | | " + " | ".join(f"**{sums[n][key]:.3f}**" for n in names) + " |")
+    return "\n".join(out)
+
+
+def selected(names: list[str], reference: bool, split: str = "all") -> list[Corpus]:
     pool = list(LANGUAGES) + (list(REFERENCE) if reference else [])
     pool = [c for c in pool if c.queries.is_file()]
     if names:
         pool = [c for c in pool if c.repo in names or c.language.lower() in names]
+    if split != "all":
+        pool = [c for c in pool if split_of(c) == split]
     return pool
 
 
@@ -205,18 +267,32 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.languages", description=__doc__.splitlines()[0])
     ap.add_argument("only", nargs="*", help="repos or languages to run (default: all)")
     ap.add_argument("--reference", action="store_true", help="also run the Python reference sets (click, requests, fastapi)")
+    ap.add_argument("--split", choices=("dev", "test", "all"), default="all",
+                    help="dev (tune on it), test (look once per change) or both (default)")
+    ap.add_argument("--model", action="append", default=[],
+                    help="static model directory, or git:REV for the shipped one at a commit; repeat to compare "
+                         "side by side (default: the configured embedder)")
     ap.add_argument("--json", default=None, help="write the rows (with per-query results) here")
     ap.add_argument("--home", default=None, help="MOONMIND_HOME to index into (default: a fresh temporary one)")
     args = ap.parse_args(argv)
-    corpora = selected(args.only, args.reference)
-    if args.home:
-        rows = evaluate(corpora, Path(args.home))
-    else:
-        with tempfile.TemporaryDirectory(prefix="moonmind-lang-") as tmp:
-            rows = evaluate(corpora, Path(tmp))
-    print(table(rows))
+    corpora = selected(args.only, args.reference, args.split)
+    with tempfile.TemporaryDirectory(prefix="moonmind-lang-") as tmp:
+        if not args.model:
+            rows = evaluate(corpora, Path(args.home) if args.home else Path(tmp))
+            print(table(rows))
+            print()
+            print(compare({"configured": rows}))
+            result: object = rows
+        else:
+            results = {}
+            for i, spec in enumerate(args.model):
+                home = Path(args.home) / f"model-{i}" if args.home else Path(tmp) / f"home-{i}"
+                say(f"model {spec}")
+                results[spec] = evaluate(corpora, home, model_dir(spec, Path(tmp)))
+            print(compare(results))
+            result = results
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
 
 

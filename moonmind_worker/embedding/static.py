@@ -1,7 +1,7 @@
 """The offline default: a static model (model2vec format) that ships inside the package.
 
-Distilled from all-MiniLM-L6-v2 by `scripts/build_static_model.py`; runs on numpy +
-tokenizers: no download, no torch, thousands of chunks per second.
+Distilled from all-MiniLM-L6-v2 by `scripts/build_static_model.py`, then trained on code by
+`training/train.py`; runs on numpy + tokenizers: no download, no torch, thousands of chunks per second.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
     from .static_query import StaticQueryModel
 
-STATIC_MODEL_DIR = Path(__file__).parent.parent / "models" / "static-minilm-256"
+STATIC_MODEL_DIR = Path(__file__).parent.parent / "models" / "static-code-256"
+STATIC_MODEL_NAME = "moonmind-static-code-256"
+#: Static models earlier releases shipped: a collection they embedded needs `rag sync-embedding`.
+RETIRED_STATIC_MODELS = frozenset({"moonmind-static-minilm-256"})
 
 
 class StaticEmbedder:

@@ -7,7 +7,7 @@ returns nonsense. Refuse first, say expected vs actual, and name the remedy.
 from __future__ import annotations
 
 from ..contracts import READABLE_SCHEMA_VERSIONS
-from ..embedding import Embedder
+from ..embedding import RETIRED_STATIC_MODELS, Embedder
 from ..errors import MoonmindError
 from . import CollectionInfo, Store
 
@@ -40,6 +40,7 @@ def check_collection(store: Store, embedder: Embedder, *, must_exist: bool = Tru
         raise MoonmindError(
             "embedding_model_mismatch",
             f"Collection {info.name} was embedded with {info.model} but the configured model is {embedder.name}.",
-            f"Run moonmind rag sync-embedding --collection {info.name}, or configure {info.model} again.",
+            f"Run moonmind rag sync-embedding --collection {info.name}"
+            + ("." if info.model in RETIRED_STATIC_MODELS else f", or configure {info.model} again."),
         )
     return info
