@@ -20,10 +20,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from ..contracts import PAYLOAD_SCHEMA_VERSION, READABLE_SCHEMA_VERSIONS
+from ..contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, READABLE_SCHEMA_VERSIONS
 from ..embedding import Embedder
 from ..errors import MoonmindError
-from ..store import PointIn, SparseVec
+from ..store import PointIn, SparseVec, lexstats
 from ..text import lexical
 from .points import titled_text
 
@@ -149,7 +149,8 @@ def plan_sync(store, embedder: Embedder):
         )
     dims = embedder.dimensions
     target = target_name(info.name, embedder.name, dims, store.alias_target())
-    up_to_date = info.model == embedder.name and info.dimensions == dims
+    # a collection with the engine's collection-wide IDF is rebuilt too: the new one keeps BM25 statistics per repository
+    up_to_date = info.model == embedder.name and info.dimensions == dims and lexstats.scoped(info)
     source: dict[str, dict] = {}
     done: dict[str, str] = {}
     target_store = store.sibling(target)
@@ -242,6 +243,9 @@ def sync_embedding(
     meta.update(synced_from=plan.source_model, synced_at=time.time())
     # named before the switch: a crash between the switch and the drop leaves the next run this name
     meta[REPLACES] = store.alias_target() or plan.collection
+    # each repository's term table, counted from the new collection's points before its metadata names them
+    meta.update(lexstats.rebuild_all(target, {(str(p.get("tenant")), str(p.get("repo"))) for p in source.values()
+                                              if p.get("trust_class") == CANONICAL}))
     target.set_metadata(**meta)
     target.optimize()
     target.flush()

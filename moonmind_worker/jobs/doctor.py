@@ -126,7 +126,7 @@ def _owner_checks(settings: Settings) -> list[Check] | None:
 def _direct_checks(settings: Settings, checks: list[Check]) -> None:
     from .. import runtime
     from ..contracts import READABLE_SCHEMA_VERSIONS
-    from ..store import open_store
+    from ..store import lexstats, open_store
 
     provider, model = settings.embedding_provider, settings.model_name
     try:
@@ -204,6 +204,14 @@ def _direct_checks(settings: Settings, checks: list[Check]) -> None:
             )
         if embedder is not None and all(c.ok for c in checks):
             checks.append(_query_check(settings, embedder, store))
+        if not lexstats.scoped(info):  # searches still work, with the engine's collection-wide BM25 statistics
+            checks.append(Check(
+                "lexical", False,
+                f"{info.name} was made before BM25 statistics were kept per repository: a repository's scores "
+                "change when another one is indexed into it",
+                f"Run `moonmind rag sync-embedding --collection {info.name}` to rebuild it (no re-index needed).",
+                required=False,
+            ))
     finally:
         _close(store, existing)
 
@@ -310,7 +318,7 @@ def _statsd_check(host: str, port: int) -> Check:
 def unused_provider_check(settings: Settings) -> Check | None:
     """Google credentials exported while the provider was left at its offline default: say they are unused.
 
-    Why: spec 02's pre-flight exports GOOGLE_API_KEY / GOOGLE_EMBEDDING_MODEL; without
+    Why: a job's pre-flight may export GOOGLE_API_KEY / GOOGLE_EMBEDDING_MODEL; without
     MOONMIND_EMBEDDING_PROVIDER=google the static model keeps answering and nothing said so.
     """
     if settings.embedding_provider != "static" or "embedding_provider" in settings.model_fields_set:

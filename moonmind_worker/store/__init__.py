@@ -12,6 +12,8 @@ import os
 from ..settings import Settings
 from .base import (
     DENSE,
+    LEXICAL_FORMAT,
+    LEXICAL_FORMAT_KEY,
     PAYLOAD_CACHE_POINTS,
     PAYLOAD_INDEXES,
     SPARSE,
@@ -25,14 +27,16 @@ from .base import (
     SearchSpec,
     SparseVec,
     Store,
+    TermTable,
     Where,
 )
 from .edge import ONE_SHOT_QUEUE_S, EdgeStore, open_replica
 from .remote import QdrantClientStore
 
 __all__ = [
-    "DENSE", "PAYLOAD_CACHE_POINTS", "PAYLOAD_INDEXES", "SPARSE", "CollectionInfo", "EdgeStore", "EmbeddedStore", "Hit",
-    "Match", "MatchAny", "PointIn", "QdrantClientStore", "Range", "SearchSpec", "SparseVec", "Store", "Where",
+    "DENSE", "LEXICAL_FORMAT", "LEXICAL_FORMAT_KEY", "PAYLOAD_CACHE_POINTS", "PAYLOAD_INDEXES", "SPARSE", "CollectionInfo",
+    "EdgeStore", "EmbeddedStore", "Hit",
+    "Match", "MatchAny", "PointIn", "QdrantClientStore", "Range", "SearchSpec", "SparseVec", "Store", "TermTable", "Where",
     "open_replica", "open_store",
 ]
 

@@ -1,7 +1,7 @@
 """The store seam: every operation callers use, and the types that cross it.
 
 Both engines hold the same collection shape: a cosine `dense` vector, a `bm25` sparse
-vector with Qdrant's IDF modifier, and the `ChunkPayload` schema with payload
+vector of term-frequency weights (no engine IDF: `lexstats` weighs the query per scope), and the `ChunkPayload` schema with payload
 indexes created up front. Filters are expressed once (`Where`) and translated to
 each engine (`edge.py`, `remote.py`), so a scope filter can never mean different
 things on the two paths.
@@ -23,14 +23,18 @@ from ..errors import MoonmindError
 
 DENSE = "dense"
 SPARSE = "bm25"
+#: Collection metadata key: its value says the sparse vectors carry no engine IDF and BM25's
+#: statistics are each repository's own (`lexstats`); a collection without it predates that.
+LEXICAL_FORMAT_KEY = "lexical_format"
+LEXICAL_FORMAT = 1
 
 #: Candidate payloads a warm embedded store keeps per field set (EdgeStore._payloads):
 #: about 1 KB each without the chunk text, so ~20 MB at most.
 PAYLOAD_CACHE_POINTS = 20_000
 
 #: Payload fields indexed up front: (name, kind). `tenant` is the tenant key. Only fields that
-#: filters use: every index is loaded on each open of the embedded shard (~10-15 ms apiece at
-#: 10k chunks), so e.g. `content_hash` (read by the indexer, never filtered on) has none.
+#: filters use: every index is loaded on each open of the embedded shard (each adds to a one-shot
+#: search's open), so e.g. `content_hash` (read by the indexer, never filtered on) has none.
 PAYLOAD_INDEXES: tuple[tuple[str, str], ...] = (
     ("tenant", "tenant"),
     ("repo", "keyword"),
@@ -39,6 +43,7 @@ PAYLOAD_INDEXES: tuple[tuple[str, str], ...] = (
     ("trust_class", "keyword"),
     ("language", "keyword"),
     ("expires_at", "float"),
+    ("symbols", "keyword"),  # `rag symbols`: an exact lookup of a defined name, never a scan of chunk text
 )
 
 
@@ -121,6 +126,20 @@ class Hit:
 
 
 @dataclass
+class TermTable:
+    """A repository's BM25 statistics: how many canonical chunks it has, and in how many of them each term occurs.
+
+    `ids` are sorted term ids, `counts[i]` the document frequency of `ids[i]`; `version` names
+    the state of the repository's chunks it was counted from (`lexstats`).
+    """
+
+    version: str
+    docs: int
+    ids: Sequence[int]
+    counts: Sequence[int]
+
+
+@dataclass
 class CollectionInfo:
     name: str
     dimensions: int
@@ -156,7 +175,23 @@ class Store(Protocol):
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | bool = True) -> list[Hit]: ...
 
+    def vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
+        """The stored dense vectors of these points (missing ids are left out): what `rag related` searches by."""
+        ...
+
     def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]: ...
+
+    def sparse_terms(self, where: Where | None = None, ids: Sequence[str] | None = None) -> Iterator[list[int]]:
+        """The term ids of each stored sparse vector, of the points with these `ids` or else matching `where`."""
+        ...
+
+    def read_term_table(self, key: str, version: str) -> TermTable | None:
+        """The term table stored for `key` at exactly `version` (None when there is none)."""
+        ...
+
+    def write_term_table(self, key: str, table: TermTable) -> None:
+        """Store `key`'s table durably, replacing its other versions."""
+        ...
 
     def count(self, where: Where | None = None) -> int: ...
 

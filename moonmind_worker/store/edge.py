@@ -24,6 +24,8 @@ from ..errors import MoonmindError, disk_full, disk_full_from, free_bytes
 from ..process import alive
 from .base import (
     DENSE,
+    LEXICAL_FORMAT,
+    LEXICAL_FORMAT_KEY,
     PAYLOAD_CACHE_POINTS,
     PAYLOAD_INDEXES,
     SPARSE,
@@ -35,6 +37,7 @@ from .base import (
     Range,
     SearchSpec,
     SparseVec,
+    TermTable,
     Where,
     _fields,
     _missing,
@@ -53,8 +56,8 @@ RELOAD_BEFORE_OPTIMIZE = 10_000
 #: time of every optimize. Uncapped (the engine's default is 256 MB per core), a large run's
 #: optimize grew with the run, and a later run that crossed the indexing threshold rebuilt the
 #: whole store. The cap also bounds what the segment being written holds in the writing process
-#: (its in-memory indexes and written pages), so with it the run's peak: 16,000 rather than one
-#: segment per Django-sized repository (~31k chunks), at ~20 ms more to open each further segment.
+#: (its in-memory indexes and written pages), so with it the run's peak, at a small cost to open
+#: each further segment.
 #: Figures: BENCHMARKS.md ("capped segments", "flat in repository size").
 SEGMENT_KB = 16_000
 #: The engine's default, written out: a segment below it is searched whole and gets no HNSW graph.
@@ -63,7 +66,7 @@ INDEXING_KB = 10_000
 #: Whether a new shard logs its writes ahead (the engine's default; it fixes the choice at creation).
 #: Why not: every open, a one-shot search's too, maps and checks the log's retained files (a closed
 #: 32 MiB file and the open one), which then stay resident in every process holding the store, and
-#: they take a third of its disk on Django. What the log guaranteed, that a write which returned
+#: they take a large share of its disk on a large repository. What the log guaranteed, that a write which returned
 #: survives its process (a crash, SIGKILL), is kept by flushing before each write returns
 #: (`_durable`), which also makes it survive a power cut. Figures: BENCHMARKS.md ("no write-ahead
 #: log"). A store created with a log keeps it and works as before.
@@ -252,19 +255,17 @@ class EdgeStore:
             EdgeConfig,
             EdgeShard,
             EdgeSparseVectorParams,
-            FloatIndexParams,
             HnswIndexConfig,
-            KeywordIndexParams,
             Memory,
-            Modifier,
             UpdateOperation,
         )
 
         self._acquire()
-        if (self.data_dir / "shard").exists():
-            import shutil
+        import shutil
 
+        if (self.data_dir / "shard").exists():
             shutil.rmtree(self.data_dir / "shard")
+        shutil.rmtree(self.data_dir / TERM_TABLES, ignore_errors=True)  # the counts of the points just dropped
         self._room(CREATE_BYTES, "creating the store")
         # Why Cached for the graph, the sparse index and the payload indexes (the engine's defaults pin
         # them in RAM): pinned, every open copies them onto the heap (the sparse index, and a map per
@@ -275,7 +276,8 @@ class EdgeStore:
         cached = Memory.Cached
         config = EdgeConfig(
             vectors={DENSE: _dense(dimensions)},
-            sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf, memory=cached)},
+            # no IDF modifier: the engine's would count every repository in the shard (see lexstats)
+            sparse_vectors={SPARSE: EdgeSparseVectorParams(memory=cached)},
             hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, memory=cached),  # the defaults, but memory
             optimizers=_optimizers(),
             wal_enabled=None if WAL_ON_CREATE else False,
@@ -283,17 +285,13 @@ class EdgeStore:
         with self._no_room("creating the store"):
             shard = EdgeShard.create(str(self.data_dir / "shard"), config)
             for name, kind in PAYLOAD_INDEXES:
-                params: Any = {
-                    "tenant": KeywordIndexParams(is_tenant=True, memory=cached),
-                    "keyword": KeywordIndexParams(memory=cached),
-                    "float": FloatIndexParams(memory=cached),
-                }[kind]
-                shard.update(UpdateOperation.create_field_index(name, params))
+                shard.update(UpdateOperation.create_field_index(name, _index_params(kind)))
             shard.flush()
         self._shard = shard
         self._wal = WAL_ON_CREATE
         self._write_meta(
-            {"dimensions": dimensions, "model": model, "schema_version": schema_version, "created_at": time.time()}
+            {"dimensions": dimensions, "model": model, "schema_version": schema_version, "created_at": time.time(),
+             LEXICAL_FORMAT_KEY: LEXICAL_FORMAT}
         )
 
     def _write_meta(self, meta: dict[str, Any]) -> None:
@@ -343,7 +341,6 @@ class EdgeStore:
             # optimizes as it goes, and each optimize handles one capped segment, not the run
             self.optimize()
             # and loads it again after: the next segment's writes start without the build's leftovers
-            # (Django + sympy + sqlalchemy in one run: their writing phases ~150 MB lower)
             self._reload()
 
     def room(self) -> int | None:
@@ -394,8 +391,7 @@ class EdgeStore:
 
         Why two engine calls: the branches run as one batch that returns ids and scores only,
         then the payloads of the distinct hits are read once by id. Reading payload inside the
-        query costs more per point (and twice for a point both branches find); measured on a
-        10k-chunk shard: 2.8 ms with payloads in the query vs 1.1 + 0.9 ms this way.
+        query costs more per point (and twice for a point both branches find).
         """
         from qdrant_edge import Prefetch, QueryBatchRequest, QueryRequest
 
@@ -450,7 +446,7 @@ class EdgeStore:
         """(string id, payload) of every distinct hit, with the union of the fields the branches asked.
 
         Why a cache: a warm process (Celery worker, gateway) sees the same candidates again and
-        again, and reading a point's payload costs ~8 µs in the engine (it decodes the whole
+        again, and reading a point's payload is costly in the engine (it decodes the whole
         payload, chunk text included) — the largest part of a search. Entries are the engine's
         own data, dropped when this process writes those points (it is the only writer: see
         `_acquire`); a read that raced a write is not kept (`_generation`).
@@ -508,6 +504,13 @@ class EdgeStore:
         by_id = {str(r.id): r for r in records}
         return [Hit(id=i, score=0.0, payload=dict(by_id[i].payload or {})) for i in ids if i in by_id]
 
+    def vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
+        if not ids:
+            return {}
+        with self._engine:
+            records = self._open().retrieve(list(ids), with_payload=False, with_vector=[DENSE])
+        return {str(r.id): list(_dense_of(r.vector)) for r in records}
+
     def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]:
         from qdrant_edge import ScrollRequest
 
@@ -525,6 +528,60 @@ class EdgeStore:
             if offset is None:
                 break
 
+    def sparse_terms(self, where: Where | None = None, ids: Sequence[str] | None = None) -> Iterator[list[int]]:
+        from qdrant_edge import ScrollRequest
+
+        if ids is not None:
+            for start in range(0, len(ids), 1024):
+                with self._engine:
+                    records = self._open().retrieve(list(ids[start:start + 1024]), with_payload=False, with_vector=[SPARSE])
+                for r in records:
+                    yield _indices(r.vector)
+            return
+        self._open()
+        offset = None
+        flt = _edge_filter(where) if where else None
+        while True:
+            with self._engine:
+                records, offset = self._open().scroll(
+                    ScrollRequest(offset=offset, limit=1024, filter=flt, with_payload=False, with_vector=[SPARSE])
+                )
+            for r in records:
+                yield _indices(r.vector)
+            if offset is None:
+                break
+
+    def read_term_table(self, key: str, version: str) -> TermTable | None:
+        try:
+            raw = (self.data_dir / TERM_TABLES / _table_name(key, version)).read_bytes()
+        except FileNotFoundError:
+            return None
+        return _table_from_bytes(version, raw)
+
+    def write_term_table(self, key: str, table: TermTable) -> None:
+        """One file per key and version, written whole and renamed into place, then the key's other versions removed."""
+        folder = self.data_dir / TERM_TABLES
+        folder.mkdir(mode=0o700, exist_ok=True)
+        name = _table_name(key, table.version)
+        tmp = folder / f".{name}.tmp"
+        data = _table_bytes(table)
+        self._room(len(data), "writing the repository's term statistics")
+        with self._no_room("writing the repository's term statistics"):
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(folder / name)
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # the rename itself survives a power cut before the metadata names this version
+            finally:
+                os.close(fd)
+        prefix = name.split(".", 1)[0] + "."
+        for old in folder.iterdir():
+            if old.name.startswith(prefix) and old.name != name:
+                old.unlink(missing_ok=True)
+
     def count(self, where: Where | None = None) -> int:
         from qdrant_edge import CountRequest
 
@@ -535,18 +592,19 @@ class EdgeStore:
         """Merge segments and build the HNSW index, in this process, before the shard is searched.
 
         Why after every index run: a freshly written shard is one appendable segment that each
-        query scans whole. Measured on 10,580 chunks (2 cores, idle): optimize 2.1 s; the two
-        query branches then take 0.37 ms instead of 0.9 ms, and the shard opens faster. Small
-        shards (below the engine's indexing threshold) are only merged, which is quick. Asking
+        query scans whole; once built, the query branches take a fraction of that time and the
+        shard opens faster (BENCHMARKS.md, "The HNSW graph"). Small shards (below the engine's
+        indexing threshold) are only merged, which is quick. Asking
         again costs nothing when there is nothing to do, so a store written by an older version
         is optimized by its next index run even when no file changed.
         """
         if self._written >= RELOAD_BEFORE_OPTIMIZE:
             # Why: a shard that took many writes in this process holds their working memory (its
-            # appendable segment's growth, ~170 MB anonymous at 30k chunks) until it is closed, and
-            # the build adds ~300 MB on top; loading it again from disk first (~0.3 s) cuts the peak
+            # appendable segment's growth) until it is closed, and the build adds its own on top;
+            # loading it again from disk first is quick and cuts the peak
             self._reload()
         self._unindexed = 0
+        self._add_missing_indexes()
         with self._engine:
             shard = self._open()
             self._optimizing += 1
@@ -555,12 +613,28 @@ class EdgeStore:
             # cannot be closed under it: every close waits for `_optimizing` (see _shard_idle)
             # the engine checks its own room first (it copies the segments it merges): its refusal is disk_full
             with self._no_room("optimizing the store (building its search index)"):
-                if shard.optimize():  # False (and ~0.1 ms) when already optimal
+                if shard.optimize():  # False (and quick) when already optimal
                     self._dirty = True
         finally:
             with self._engine:
                 self._optimizing -= 1
                 self._optimized.notify_all()
+
+    def _add_missing_indexes(self) -> None:
+        """Create the payload indexes this version declares that an older store lacks (`symbols`), on its next index run."""
+        from qdrant_edge import UpdateOperation
+
+        with self._engine:
+            shard = self._open()
+            have = shard.info().payload_schema
+            missing = [(name, kind) for name, kind in PAYLOAD_INDEXES if name not in have]
+            if not missing:
+                return
+            with self._no_room("adding payload indexes"):
+                for name, kind in missing:
+                    shard.update(UpdateOperation.create_field_index(name, _index_params(kind)))
+                self._dirty = True
+                self._durable()
 
     def _shard_idle(self) -> None:
         """Wait (holding the engine lock) until no optimize uses the open shard: it is about to be closed."""
@@ -678,6 +752,7 @@ class EdgeStore:
 
         if name is None:
             shutil.rmtree(self.dir / "shard", ignore_errors=True)
+            shutil.rmtree(self.dir / TERM_TABLES, ignore_errors=True)
         elif name != self.alias_target() and name != self.collection:
             shutil.rmtree(self.dir.parent / name, ignore_errors=True)
 
@@ -692,7 +767,7 @@ class EdgeStore:
 
         Why the empty entry (an empty delete): the engine acknowledges the WAL up to its last
         entry on flush, and every later open decodes that acknowledged entry again before
-        skipping it. After an index run that is the last upsert batch (~1 MB of vectors and
+        skipping it. After an index run that is the last upsert batch (a batch of vectors and
         chunk text, CBOR-decoded on every one-shot search); an empty entry costs nothing to
         decode. The log still holds every write, so durability is unchanged.
         """
@@ -750,6 +825,56 @@ def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
         # not the lock, nor the owner's socket (a copy is searched in this process only)
         shutil.copytree(source, mine / collection, ignore=shutil.ignore_patterns("owner.lock", "owner.sock", ".owner.sock.*"))
     return EdgeStore(mine, collection, scratch=mine)
+
+
+#: The folder beside meta.json holding each repository's term table (`write_term_table`).
+TERM_TABLES = "term_tables"
+
+
+def _table_name(key: str, version: str) -> str:
+    """`<hash of the key>.<version>`: a name safe for any tenant and repository name."""
+    import hashlib
+
+    return f"{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:32]}.{version}"
+
+
+def _indices(vector: Any) -> list[int]:
+    """A record's sparse term ids (none when the point has no sparse vector: a text with no term)."""
+    sparse = (vector or {}).get(SPARSE)
+    return list(sparse.indices) if sparse is not None else []
+
+
+def _table_bytes(table: TermTable) -> bytes:
+    """docs, the number of terms, the sorted term ids, their counts: native int64 words."""
+    from array import array
+
+    words = array("q", [table.docs, len(table.ids)])
+    words.extend(table.ids)
+    words.extend(table.counts)
+    return words.tobytes()
+
+
+def _table_from_bytes(version: str, raw: bytes) -> TermTable | None:
+    from array import array
+
+    words = array("q")
+    words.frombytes(raw[: len(raw) - len(raw) % 8])
+    if len(words) < 2 or len(words) != 2 + 2 * words[1]:
+        return None  # not a whole table: the caller counts it again from the points
+    n = words[1]
+    return TermTable(version=version, docs=words[0], ids=words[2:2 + n], counts=words[2 + n:])
+
+
+def _index_params(kind: str) -> Any:
+    """A payload index's parameters by kind (base.PAYLOAD_INDEXES), memory-mapped like the graph (see `create`)."""
+    from qdrant_edge import FloatIndexParams, KeywordIndexParams, Memory
+
+    cached = Memory.Cached
+    return {
+        "tenant": KeywordIndexParams(is_tenant=True, memory=cached),
+        "keyword": KeywordIndexParams(memory=cached),
+        "float": FloatIndexParams(memory=cached),
+    }[kind]
 
 
 def _dense(dimensions: int):
@@ -821,6 +946,11 @@ def _holes(root: Path, under: str) -> int:
 def _point_key(pid: Any) -> Any:
     """A point id as a cheap dict key: a UUID's integer (ids are UUIDs here), anything else as is."""
     return pid.int if pid.__class__ is uuid.UUID else pid
+
+
+def _dense_of(vector: Any) -> Any:
+    """The dense vector of a retrieved record (named vectors come back as a dict)."""
+    return vector[DENSE] if isinstance(vector, dict) else vector
 
 
 def _edge_filter(where: Where | None):

@@ -18,6 +18,8 @@ from ..errors import MoonmindError, redact
 from ..settings import Settings
 from .base import (
     DENSE,
+    LEXICAL_FORMAT,
+    LEXICAL_FORMAT_KEY,
     PAYLOAD_INDEXES,
     SPARSE,
     CollectionInfo,
@@ -28,6 +30,7 @@ from .base import (
     Range,
     SearchSpec,
     SparseVec,
+    TermTable,
     Where,
     _fields,
     _refuse_if_expired,
@@ -139,14 +142,17 @@ class QdrantClientStore:
         physical = self.collection if self._physical else (self.alias_target() or f"{self.collection}__v1")
         if self._call(lambda: self._client.collection_exists(physical), "Qdrant"):
             self._call(lambda: self._client.delete_collection(physical), "Qdrant delete collection")
+        self._drop_tables(physical)  # the counts of the points just dropped
         if physical != self.collection and self._call(lambda: self._client.collection_exists(self.collection), "Qdrant"):
             # a plain collection from an older version
             self._call(lambda: self._client.delete_collection(self.collection), "Qdrant delete collection")
         self._call(lambda: self._client.create_collection(
             physical,
             vectors_config={DENSE: m.VectorParams(size=dimensions, distance=m.Distance.COSINE)},
-            sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
-            metadata={"dimensions": dimensions, "model": model, "schema_version": schema_version},
+            # no IDF modifier: the engine's would count every repository in the collection (see lexstats)
+            sparse_vectors_config={SPARSE: m.SparseVectorParams()},
+            metadata={"dimensions": dimensions, "model": model, "schema_version": schema_version,
+                      LEXICAL_FORMAT_KEY: LEXICAL_FORMAT},
         ), "Qdrant create collection")
         if physical != self.collection and self.alias_target() != physical:
             alias = m.CreateAliasOperation(create_alias=m.CreateAlias(collection_name=physical, alias_name=self.collection))
@@ -154,12 +160,7 @@ class QdrantClientStore:
         if self.local:
             return  # local mode has no payload indexes (it only warns); a server gets them all
         for name, kind in PAYLOAD_INDEXES:
-            schema = {
-                "tenant": m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True),
-                "keyword": m.PayloadSchemaType.KEYWORD,
-                "float": m.PayloadSchemaType.FLOAT,
-            }[kind]
-            self._call(lambda n=name, f=schema: self._client.create_payload_index(physical, n, field_schema=f),
+            self._call(lambda n=name, f=_index_schema(kind): self._client.create_payload_index(physical, n, field_schema=f),
                        "Qdrant payload index")
 
     def set_metadata(self, **meta: Any) -> None:
@@ -202,6 +203,7 @@ class QdrantClientStore:
         """Delete a collection no alias points at any more."""
         if name and name != self.alias_target():
             self._call(lambda: self._client.delete_collection(name), "Qdrant delete collection")
+            self._drop_tables(name)
 
     def has_physical(self, name: str | None) -> bool:
         """Whether a collection no alias points at is there (a plain one is deleted before its name becomes an alias)."""
@@ -306,6 +308,15 @@ class QdrantClientStore:
         by_id = {str(r.id): r for r in records}
         return [Hit(id=i, score=0.0, payload=dict(by_id[i].payload or {})) for i in ids if i in by_id]
 
+    def vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
+        if not ids:
+            return {}
+        records = self._call(
+            lambda: self._client.retrieve(self.collection, ids=list(ids), with_payload=False, with_vectors=[DENSE]),
+            "Qdrant retrieve",
+        )
+        return {str(r.id): list(r.vector[DENSE] if isinstance(r.vector, dict) else r.vector) for r in records}
+
     def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]:
         offset = None
         flt = _client_filter(where) if where else None
@@ -323,6 +334,69 @@ class QdrantClientStore:
             if offset is None:
                 break
 
+    def sparse_terms(self, where: Where | None = None, ids: Sequence[str] | None = None) -> Iterator[list[int]]:
+        if ids is not None:
+            for start in range(0, len(ids), 1024):
+                some = list(ids[start:start + 1024])
+                records = self._call(
+                    lambda: self._client.retrieve(self.collection, ids=some, with_payload=False, with_vectors=[SPARSE]),
+                    "Qdrant retrieve",
+                )
+                for r in records:
+                    yield _indices(r.vector)
+            return
+        offset = None
+        flt = _client_filter(where) if where else None
+        while True:
+            records, offset = self._call(
+                lambda: self._client.scroll(
+                    self.collection, scroll_filter=flt, limit=1024, offset=offset, with_payload=False, with_vectors=[SPARSE],
+                ),
+                "Qdrant scroll",
+            )
+            for r in records:
+                yield _indices(r.vector)
+            if offset is None:
+                break
+
+    def _tables(self) -> str:
+        """The collection beside the physical one that holds its term tables (it follows sync-embedding's switch)."""
+        return f"{self.alias_target() or self.collection}{TERM_TABLES}"
+
+    def _drop_tables(self, physical: str) -> None:
+        name = f"{physical}{TERM_TABLES}"
+        if self._call(lambda: self._client.collection_exists(name), "Qdrant"):
+            self._call(lambda: self._client.delete_collection(name), "Qdrant delete collection")
+
+    def read_term_table(self, key: str, version: str) -> TermTable | None:
+        name = self._tables()
+        if not self._call(lambda: self._client.collection_exists(name), "Qdrant"):
+            return None
+        records = self._call(
+            lambda: self._client.retrieve(name, ids=[_table_id(key)], with_payload=True, with_vectors=[TABLE_VECTOR]),
+            "Qdrant retrieve",
+        )
+        if not records or (records[0].payload or {}).get("version") != version:
+            return None
+        counts = (records[0].vector or {}).get(TABLE_VECTOR)
+        ids, values = (list(counts.indices), list(counts.values)) if counts is not None else ([], [])
+        return TermTable(version=version, docs=int(records[0].payload["docs"]), ids=ids, counts=[int(v) for v in values])
+
+    def write_term_table(self, key: str, table: TermTable) -> None:
+        """One point per key in the tables' collection: the counts as a sparse vector, the version in its payload."""
+        from qdrant_client import models as m
+
+        name = self._tables()
+        if not self._call(lambda: self._client.collection_exists(name), "Qdrant"):
+            self._call(lambda: self._client.create_collection(
+                name, vectors_config={}, sparse_vectors_config={TABLE_VECTOR: m.SparseVectorParams()},
+            ), "Qdrant create collection")
+        point = m.PointStruct(
+            id=_table_id(key), payload={"key": key, "version": table.version, "docs": table.docs},
+            vector={TABLE_VECTOR: m.SparseVector(indices=list(table.ids), values=[float(c) for c in table.counts])},
+        )
+        self._call(lambda: self._client.upsert(name, points=[point], wait=True), "Qdrant upsert")
+
     def count(self, where: Where | None = None) -> int:
         flt = _client_filter(where) if where else None
         return self._call(
@@ -334,7 +408,15 @@ class QdrantClientStore:
         return None
 
     def optimize(self) -> None:
-        """A server optimizes in the background; nothing to do."""
+        """A server optimizes in the background; an older collection gains the payload indexes it lacks (`symbols`)."""
+        if self.local:
+            return  # local mode has no payload indexes
+        physical = self.alias_target() or self.collection
+        have = self._call(lambda: self._client.get_collection(physical), "Qdrant").payload_schema or {}
+        for name, kind in PAYLOAD_INDEXES:
+            if name not in have:
+                self._call(lambda n=name, f=_index_schema(kind): self._client.create_payload_index(physical, n, field_schema=f),
+                           "Qdrant payload index")
 
     def flush(self) -> None:
         """Writes use wait=True; nothing buffered."""
@@ -342,6 +424,34 @@ class QdrantClientStore:
     def close(self) -> None:
         if not self._shared:
             self._client.close()
+
+
+#: The suffix of the collection holding a physical collection's term tables, and their vector's name.
+TERM_TABLES = "__term_tables"
+TABLE_VECTOR = "df"
+
+
+def _table_id(key: str) -> str:
+    import uuid
+
+    return str(uuid.uuid5(uuid.UUID("0d4c1e8a-5b7f-4a43-9a55-7465726d7462"), key))
+
+
+def _indices(vector: Any) -> list[int]:
+    """A record's sparse term ids (none when the point has no sparse vector: a text with no term)."""
+    sparse = (vector or {}).get(SPARSE) if isinstance(vector, dict) else None
+    return list(sparse.indices) if sparse is not None else []
+
+
+def _index_schema(kind: str) -> Any:
+    """A payload index's schema by kind (base.PAYLOAD_INDEXES)."""
+    from qdrant_client import models as m
+
+    return {
+        "tenant": m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True),
+        "keyword": m.PayloadSchemaType.KEYWORD,
+        "float": m.PayloadSchemaType.FLOAT,
+    }[kind]
 
 
 def _local_client(path: str) -> Any:

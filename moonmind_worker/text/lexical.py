@@ -3,12 +3,15 @@
 Why: code search lives on identifiers. `OAuth2PasswordBearer` must match a query
 for "oauth2 password bearer" and for itself; `field_validator` must match
 "field validator". Each identifier yields its whole form and its parts. The
-document side carries BM25 term-frequency weights; Qdrant's IDF modifier adds
-the inverse document frequency at query time, so the sparse score is BM25.
+document side carries BM25 term-frequency weights; the query side carries each
+term's inverse document frequency over the repositories searched (`idf`), so the
+sparse score is BM25 whose statistics are the scope's own, never the collection's.
+(Collections made before that keep Qdrant's IDF modifier and weigh query terms 1.)
 """
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections import Counter
@@ -65,7 +68,7 @@ def terms(text: str) -> list[str]:
 
 @lru_cache(maxsize=1 << 17)
 def _token_terms(tok: str) -> tuple[str, ...]:
-    """The terms of one token. Cached: code repeats its identifiers, and this was most of indexing time."""
+    """The terms of one token. Cached: code repeats its identifiers, and uncached this is most of indexing time."""
     out: list[str] = []
     low = tok.lower()
     parts = [p.lower() for piece in tok.split("_") for p in _CAMEL.findall(piece)]
@@ -100,7 +103,7 @@ def term_id(term: str) -> int:
 
 
 def document_vector(text: str) -> tuple[list[int], list[float]]:
-    """BM25 term-frequency weights (the IDF part is applied by Qdrant)."""
+    """BM25 term-frequency weights (the IDF part is the query's: `idf`)."""
     counts = Counter(chain.from_iterable(map(_token_ids, _TOKEN.findall(text))))  # counted in C, no generator frames
     length = sum(counts.values()) or 1
     norm = K1 * (1 - B + B * length / AVG_LEN)
@@ -109,6 +112,11 @@ def document_vector(text: str) -> tuple[list[int], list[float]]:
     tf = list(map(counts.__getitem__, ids))
     weight = {c: c * k1 / (c + norm) for c in set(tf)}  # a text's counts take few values: each computed once
     return ids, list(map(weight.__getitem__, tf))
+
+
+def idf(docs: int, df: int) -> float:
+    """BM25's inverse document frequency, the formula of Qdrant's IDF modifier, over `docs` documents."""
+    return math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
 
 
 def query_vector(text: str) -> tuple[list[int], list[float]]:

@@ -89,6 +89,26 @@ def _store_files(home: Path, engine: str, overlay: bool = False) -> dict[str, li
     return files
 
 
+def _table_drift(home: Path, engine: str) -> str | None:
+    """How the repository's stored BM25 term table differs from a count of its stored points (None: it does not)."""
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.store import lexstats, open_store
+
+    settings = Settings(_env_file=None, moonmind_home=home, qdrant_url=str(home / "local-qdrant") if engine == "local" else None)
+    store = open_store(settings)
+    try:
+        version = (lexstats.entries(store.info()).get(f"{TENANT}/{REPO}") or {}).get("version")
+        stored = store.read_term_table(f"{TENANT}/{REPO}", version) if version else None
+        counted = lexstats.count_repo(store, TENANT, REPO)
+    finally:
+        store.close()
+    if stored is None:
+        return f"no table named (version {version!r})"
+    if (stored.docs, list(stored.ids), list(stored.counts)) != (counted.docs, list(counted.ids), list(counted.counts)):
+        return f"{stored.docs} documents and {len(stored.ids)} terms stored, {counted.docs} and {len(counted.ids)} counted"
+    return None
+
+
 def _points(ops: list[str]) -> list[tuple[str, int, str]]:
     """Before the first write, then after each: the store changes only at writes, so a crash just
     before write k+1 leaves exactly what a crash just after write k leaves."""
@@ -166,8 +186,11 @@ def test_a_crash_at_any_index_write_leaves_no_torn_file_after_the_next_run(index
             failures.append(f"{op}#{n}:{when}: the next run said every file was re-chunked")
         paths = [str(p.relative_to(root)) for p in root.rglob("*.py")]
         torn = _torn(_store_files(home, engine), root, paths)
+        drift = _table_drift(home, engine)
         if torn:
             failures.append(f"{op}#{n}:{when}: {len(torn)} torn files, e.g. {torn[:3]}")
+        elif drift:
+            failures.append(f"{op}#{n}:{when}: BM25 term table: {drift}")
         else:
             survived += 1
         shutil.rmtree(home)
