@@ -1,7 +1,7 @@
 """Chunks to points: ids, embedding texts, payloads and vectors, without pydantic.
 
 Why a module of its own: the index worker processes build points and import this, the embedder and
-the chunker only; pydantic (the contracts) would add ~11 MB to each of them, the run's memory beside
+the chunker only; pydantic (the contracts) would add its memory to each of them, the run's memory beside
 the writer's. The payload contract still decides every payload: the caller validates one
 `ChunkPayload` per batch (`indexer.payload_template`) and each point's payload is a copy of its
 dump with the chunk's own fields set.
@@ -9,6 +9,7 @@ dump with the chunk's own fields set.
 
 from __future__ import annotations
 
+import re
 import uuid
 from array import array
 from typing import Any
@@ -56,7 +57,26 @@ def chunk_fields(path: str, fhash: str, c: Chunk, language: str) -> dict:
         "total_chunks": c.total_chunks,
         "text": c.text,
         "token_count": c.token_count,
+        "symbols": symbol_keys(c.definitions),
+        "definitions": [{"name": d.name, "kind": d.kind, "line_start": d.start, "line_end": d.end, "signature": d.signature}
+                        for d in c.definitions],
     }
+
+
+def symbol_keys(definitions: Any) -> list[str]:
+    """The lookup keys of a chunk's definitions: each name lower-cased, qualified (`router.handle`) and short (`handle`).
+
+    Why both: an agent asks for `handle` or for `Router.handle`; one exact keyword match on an
+    indexed field finds either, with no scan of chunk text. Lower case: `rag symbols` ignores case.
+    """
+    keys: set[str] = set()
+    for d in definitions:
+        for name in d.name.split(", "):  # `res.type, res.contentType = fn` defines both
+            name = name.strip().lower()
+            if name:
+                keys.add(name)
+                keys.add(re.split(r"\.|::", name)[-1])
+    return sorted(keys)
 
 
 def build(embedder: Any, docs: Docs, template: dict[str, Any]) -> list[PointIn]:
@@ -70,7 +90,7 @@ def build(embedder: Any, docs: Docs, template: dict[str, Any]) -> list[PointIn]:
         return []
     texts = [embedding_text(path, c) for path, _, c in flat]
     # float32 rows as array('f'): what the stores read (.tolist(), the same numbers), and what crosses
-    # from a worker process to the writer without numpy there (~15 MB of its memory, the run long)
+    # from a worker process to the writer without numpy there (numpy's memory, the run long)
     import numpy as np
 
     vectors = np.ascontiguousarray(embedder.embed_documents(texts), dtype=np.float32)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from .code_chunks import code_spans
+from .code_chunks import Definition, code_spans
 
 LANGUAGES: dict[str, str] = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".jsx": "javascript", ".mjs": "javascript",
@@ -74,6 +74,8 @@ class Chunk:
     section_title: str
     chunk_sequence: int
     total_chunks: int
+    #: the definitions that start in this chunk (1-based file lines), from the syntax tree: `rag symbols`
+    definitions: tuple[Definition, ...] = ()
 
     @property
     def chunk_hash(self) -> str:
@@ -278,7 +280,8 @@ def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int =
         offsets.append(offsets[-1] + len(line))
 
     language = language_of(path)
-    spans = code_spans(text, lines, language, path, max_chars)
+    defs: list[Definition] = []
+    spans = code_spans(text, lines, language, path, max_chars, defs)
     blocks = [_Block(*span) for span in spans] if spans is not None else _blocks(lines, language)
     ranges: list[tuple[int, int, str]] = []
     pending: _Block | None = None
@@ -320,6 +323,7 @@ def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int =
         linenos.append(linenos[-1] + (1 if line.endswith(("\n", "\r")) else 0))
     kept = [(s, e, t) for s, e, t in ranges if "".join(lines[s:e]).strip()]
     total = len(kept)
+    owned = _owners(defs, kept, linenos)
     chunks = []
     for seq, (s, e, title) in enumerate(kept):
         chunks.append(
@@ -332,7 +336,24 @@ def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int =
                 section_title=title,
                 chunk_sequence=seq,
                 total_chunks=total,
+                definitions=owned.get(seq, ()),
             )
         )
     return chunks
+
+
+def _owners(defs: list[Definition], kept: list[tuple[int, int, str]], linenos: list[int]) -> dict[int, tuple[Definition, ...]]:
+    """Each definition, in file line numbers, under the first chunk holding its first line (split chunks overlap)."""
+    from bisect import bisect_right
+
+    starts = [s for s, _, _ in kept]
+    out: dict[int, list[Definition]] = {}
+    for d in defs:
+        seq = bisect_right(starts, d.start) - 1
+        while seq > 0 and kept[seq - 1][1] > d.start:  # an overlapping earlier chunk holds it first
+            seq -= 1
+        if seq < 0 or not kept[seq][0] <= d.start < kept[seq][1]:
+            continue  # on blank lines no chunk kept
+        out.setdefault(seq, []).append(d._replace(start=linenos[d.start], end=linenos[d.end]))
+    return {seq: tuple(ds) for seq, ds in out.items()}
 

@@ -40,6 +40,16 @@ class Span(NamedTuple):
     scope: str  # the opened container these lines lie in, "" at top level
 
 
+class Definition(NamedTuple):
+    """A name the syntax tree defines, for `rag symbols` (lines index the caller's `lines`, both inclusive)."""
+
+    name: str  # qualified: `Class.method`, `Type::method`
+    kind: str  # function, method, class, struct, interface, type, ...
+    start: int  # the definition's own first line (not the comments or decorators above it)
+    end: int
+    signature: str  # that first line, stripped
+
+
 @dataclass(frozen=True)
 class _Syntax:
     grammar: tuple[str, str]  # wheel module, function returning the language
@@ -108,6 +118,29 @@ SYNTAX: dict[str, _Syntax] = {
                     leading=_COMMENTS),
 }
 
+#: What each definition node is, in words an agent asks for (`rag symbols`); a function in a class-like container is a method.
+KINDS: dict[str, str] = {
+    "function_definition": "function", "function_declaration": "function", "generator_function_declaration": "function",
+    "function_item": "function", "function_signature_item": "function", "function_signature": "function",
+    "lexical_declaration": "function", "variable_declaration": "function", "expression_statement": "function",
+    "method_definition": "method", "method_declaration": "method", "method_signature": "method",
+    "abstract_method_signature": "method", "field_definition": "method", "public_field_definition": "method",
+    "method": "method", "singleton_method": "method",
+    "constructor_declaration": "constructor", "compact_constructor_declaration": "constructor",
+    "class_definition": "class", "class_declaration": "class", "class": "class", "abstract_class_declaration": "class",
+    "class_specifier": "class", "interface_declaration": "interface", "trait_item": "trait", "impl_item": "impl",
+    "struct_item": "struct", "struct_specifier": "struct", "union_item": "union", "union_specifier": "union",
+    "enum_item": "enum", "enum_declaration": "enum", "enum_specifier": "enum",
+    "type_alias_declaration": "type", "type_item": "type", "type_definition": "type", "alias_declaration": "type",
+    "type_declaration": "type", "record_declaration": "record", "annotation_type_declaration": "annotation",
+    "internal_module": "namespace", "namespace_definition": "namespace", "module": "module", "mod_item": "module",
+    "macro_definition": "macro", "concept_definition": "concept",
+}
+_CLASS_LIKE = frozenset({"class", "struct", "interface", "trait", "impl", "record", "enum"})
+#: Go's `type X struct {...}` / `type Y interface {...}`: the spec's type says which.
+_GO_TYPES = {"struct_type": "struct", "interface_type": "interface"}
+_MAX_SIGNATURE = 200
+
 _FUNCTION_VALUES = frozenset({"arrow_function", "function_expression", "function", "generator_function",
                               "class", "class_expression"})
 _MAX_TITLE = 120
@@ -165,6 +198,7 @@ class _Walk:
     line_chars: list[int]  # char offset where each line starts (plus the end)
     max_chars: int
     cuts: list[tuple[int, str, str]] = field(default_factory=list)
+    defs: list[Definition] = field(default_factory=list)
 
     def line_of(self, byte: int) -> int:
         return min(max(bisect_right(self.line_bytes, byte) - 1, 0), len(self.line_bytes) - 2)
@@ -177,10 +211,13 @@ class _Walk:
         return self.line_chars[end_line] - self.line_chars[start_line]
 
 
-def code_spans(text: str, lines: list[str], language: str, path: str, max_chars: int) -> list[Span] | None:
+def code_spans(
+    text: str, lines: list[str], language: str, path: str, max_chars: int, definitions: list[Definition] | None = None,
+) -> list[Span] | None:
     """Spans at definition boundaries covering every line, or None to use the line-aware splitter.
 
-    `lines` are the caller's lines (``"".join(lines) == text``); spans index into them.
+    `lines` are the caller's lines (``"".join(lines) == text``); spans index into them. `definitions`,
+    when given, receives every definition the tree holds (members of classes too small to open included).
     """
     name = grammar_for(language, path)
     if name is None or not lines:
@@ -209,6 +246,8 @@ def code_spans(text: str, lines: list[str], language: str, path: str, max_chars:
         _region(walk, tree.root_node.named_children, 0, "", "")
     except (UnicodeError, ValueError, RecursionError):
         return None
+    if definitions is not None:
+        definitions.extend(walk.defs)
     cuts: dict[int, tuple[str, str]] = {}
     for at, title, scope in walk.cuts:  # on a shared line the later (inner) definition wins
         cuts[at] = (title, scope)
@@ -235,7 +274,7 @@ def _end_row(node: Node) -> int:
     return end.row - 1 if end.column == 0 and end.row > node.start_point.row else end.row
 
 
-def _region(walk: _Walk, nodes: list[Node], first_line: int, title: str, prefix: str) -> None:
+def _region(walk: _Walk, nodes: list[Node], first_line: int, title: str, prefix: str, container: str = "") -> None:
     """Cut the lines of one member list: a head span, then one per definition or run of other code."""
     syntax = walk.syntax
     walk.cuts.append((first_line, title, prefix))
@@ -264,13 +303,51 @@ def _region(walk: _Walk, nodes: list[Node], first_line: int, title: str, prefix:
             continue
         qualified = f"{prefix}{syntax.separator}{name}" if prefix and name else (name or prefix)
         own = _trait_impl_title(inner, walk, qualified)
+        kind = _define(walk, inner, qualified if name else "", container)
         body_field = syntax.kinds[inner.type]
         body = inner.child_by_field_name(body_field) if body_field else None
         if body is not None and walk.chars(start, node) > walk.max_chars:
-            _region(walk, body.named_children, start, own, qualified)
+            _region(walk, body.named_children, start, own, qualified, kind)
         else:
             walk.cuts.append((start, own, prefix))
+            if body is not None:  # not opened for chunking, but its members are definitions all the same
+                _members(walk, body.named_children, qualified, kind)
         last_was_definition = True
+
+
+def _define(walk: _Walk, node: Node, qualified: str, container: str) -> str:
+    """Record `node` as the definition of `qualified` (nothing for an anonymous one); its kind."""
+    kind = KINDS.get(node.type, "definition")
+    if kind == "type" and node.type == "type_declaration":  # Go: the spec's type says struct or interface
+        spec = next((c for c in node.named_children if c.type in ("type_spec", "type_alias")), None)
+        value = spec.child_by_field_name("type") if spec is not None else None
+        kind = _GO_TYPES.get(value.type, kind) if value is not None else kind
+    elif kind == "function" and container in _CLASS_LIKE:
+        kind = "method"
+    if qualified:
+        start = walk.line_of(node.start_byte)
+        end = walk.line_of(max(node.end_byte - 1, node.start_byte))
+        first = walk.src[walk.line_bytes[start]:walk.line_bytes[start + 1]].decode("utf-8", "replace").strip()
+        walk.defs.append(Definition(qualified, kind, start, end, first[:_MAX_SIGNATURE]))
+    return kind
+
+
+def _members(walk: _Walk, nodes: list[Node], prefix: str, container: str) -> None:
+    """Record the definitions of a member list that is not cut (its class fits one chunk)."""
+    syntax = walk.syntax
+    for node in _siblings(nodes, syntax.flatten):
+        inner = _unwrap(node, syntax)
+        if inner.type not in syntax.kinds:
+            continue
+        name = _name(inner, walk)
+        if not name:
+            continue
+        qualified = f"{prefix}{syntax.separator}{name}"
+        kind = _define(walk, inner, qualified, container)
+        body_field = syntax.kinds[inner.type]
+        body = inner.child_by_field_name(body_field) if body_field else None
+        if body is not None:
+            _members(walk, body.named_children, qualified, kind)
 
 
 def _trait_impl_title(node: Node, walk: _Walk, qualified: str) -> str:
