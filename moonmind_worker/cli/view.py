@@ -83,6 +83,9 @@ def short_view(pack: dict[str, Any], *, colour: bool = False, width: int = 80, l
         if more:
             out.append(indent + paint("dim", f"… {more} more line{'s' if more != 1 else ''} in this hit") + "\n")
     out.append("\n" + paint("dim", "the whole context pack: --full (what a pipe gets); the ContextPack: --json") + "\n")
+    if pack.get("next_cursor"):  # the rest of the ranked list, a page at a time
+        total = pack.get("total_results")
+        out.append(paint("dim", f"more of {total} results: the same search with --cursor {printable(str(pack['next_cursor']))}") + "\n")
     return "".join(out)
 
 

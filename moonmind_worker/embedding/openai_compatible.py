@@ -1,4 +1,4 @@
-"""Hosted providers (OpenAI, Gemini, Ollama): they all speak the OpenAI embeddings protocol.
+"""Hosted providers (OpenAI, Gemini, Ollama, Cohere): they all speak the OpenAI embeddings protocol.
 
 One adapter on the `openai` package covers them; the dimension a model answers with is
 cached under MOONMIND_HOME so a later process need not ask again.
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class OpenAICompatibleEmbedder:
-    """OpenAI, Gemini (OpenAI-compatible endpoint) and Ollama (`/v1`) through the `openai` package."""
+    """OpenAI, Gemini and Cohere (OpenAI-compatible endpoints) and Ollama (`/v1`) through the `openai` package."""
 
     def __init__(
         self,
@@ -31,6 +31,7 @@ class OpenAICompatibleEmbedder:
         timeout_s: float,
         batch_size: int,
         cache_dir: Path,
+        known_dimensions: int | None = None,
     ) -> None:
         import openai
 
@@ -40,7 +41,7 @@ class OpenAICompatibleEmbedder:
         self._batch_size = batch_size
         self._cache_file = cache_dir / "embedding-dimensions.json"
         self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
-        self._dims: int | None = None
+        self._dims: int | None = known_dimensions  # a preset's published size needs no probe
 
     @property
     def dimensions(self) -> int:

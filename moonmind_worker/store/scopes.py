@@ -56,6 +56,10 @@ def query_conditions(query: RetrievalQuery, scope: Scope | None = None) -> list[
         value = getattr(f, key)
         if value is not None:
             must.append(Match(key, value))
+    if f.resource_type is not None:  # derived from the stored language, so indexes of any age answer it
+        from ..text.kinds import LANGUAGES_OF
+
+        must.append(MatchAny("language", LANGUAGES_OF[f.resource_type]))
     if scope is not None:
         must.append(MatchAny("tenant", tuple(scope.tenants)))
         must.append(MatchAny("repo", tuple(scope.repos)))

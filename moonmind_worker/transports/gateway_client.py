@@ -33,33 +33,37 @@ def context_url(base: str) -> str:
     return base.rstrip("/") + "/retrieval/context"
 
 
-def fetch_pack(query: RetrievalQuery, *, url: str, token: str) -> ContextPack:
-    """POST the query to the gateway; the pack, or the gateway's error as a MoonmindError."""
-    budgets = query.budgets
-    deadline = Deadline(budgets.latency_ms if budgets else None)
-    timeout = budgets.latency_ms / 1000 + GRACE_S if budgets and budgets.latency_ms else DEFAULT_TIMEOUT_S
+def _post(query: RetrievalQuery, endpoint: str, *, token: str, where: str, timeout: float,
+          deadline: Deadline | None = None) -> bytes:
+    """POST the query (as the gateway transport) to `endpoint`: the answer's bytes, or a MoonmindError."""
     body = query.model_copy(update={"transport": "gateway"}).model_dump_json(exclude_none=True).encode()
     request = urllib.request.Request(
-        context_url(url),
-        data=body,
-        method="POST",
+        endpoint, data=body, method="POST",
         headers={"Content-Type": "application/json", "Accept": "application/json", "Authorization": f"Bearer {token}"},
     )
-    where = redact(url, [token])
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - operator-configured URL
-            raw = resp.read()
+            return resp.read()
     except urllib.error.HTTPError as exc:
         raise _from_http_error(exc, where) from None
     except (TimeoutError, OSError) as exc:
         timed_out = isinstance(exc, TimeoutError) or "timed out" in str(getattr(exc, "reason", exc))
-        if timed_out and deadline.at is not None:
+        if timed_out and deadline is not None and deadline.at is not None:
             raise deadline.exceeded("waiting for the RetrievalGateway") from None
         raise MoonmindError(
             "retrieval_failed",
             f"Cannot reach the RetrievalGateway at {where} ({type(getattr(exc, 'reason', exc)).__name__}).",
             "Check MOONMIND_RETRIEVAL_URL and that the gateway is up (GET /retrieval/health).",
         ) from None
+
+
+def fetch_pack(query: RetrievalQuery, *, url: str, token: str) -> ContextPack:
+    """POST the query to the gateway; the pack, or the gateway's error as a MoonmindError."""
+    budgets = query.budgets
+    deadline = Deadline(budgets.latency_ms if budgets else None)
+    timeout = budgets.latency_ms / 1000 + GRACE_S if budgets and budgets.latency_ms else DEFAULT_TIMEOUT_S
+    where = redact(url, [token])
+    raw = _post(query, context_url(url), token=token, where=where, timeout=timeout, deadline=deadline)
     try:
         pack = ContextPack.model_validate_json(raw)
     except ValueError:
@@ -82,8 +86,11 @@ def enforce_token_budget(pack: ContextPack) -> ContextPack:
 
     items, _ = trim_to_tokens(pack.items, budgets.tokens)
     notes = [*pack.notes, f"trimmed client-side to the token budget of {budgets.tokens}"]
+    if pack.next_cursor:  # it points past the items dropped here: paging on would skip them
+        notes.append("no next page from this pack (it was trimmed here); search again with a larger token budget")
     return pack.model_copy(
         update={
+            "next_cursor": None,
             "items": items,
             "context_text": format_context_text(items),
             "usage": pack.usage.model_copy(update={"tokens": sum(i.token_count for i in items)}),
@@ -119,3 +126,21 @@ def _from_http_error(exc: urllib.error.HTTPError, where: str) -> MoonmindError:
         b = data["budget"]
         details.update(budget_tags(b.get("budget_type"), b.get("budget_limit"), b.get("budget_spent")))
     return MoonmindError(code, message, action, **details)
+
+
+#: The gateway path of each navigation operation (`transports.navigate`).
+NAVIGATION_PATHS = {"related": "/retrieval/related", "symbols": "/retrieval/symbols"}
+
+
+def fetch_navigation(op: str, query: RetrievalQuery, *, url: str, token: str) -> dict:
+    """POST a related/symbols query to the gateway: its JSON answer, or the gateway's error as a MoonmindError."""
+    where = redact(url, [token])
+    raw = _post(query, url.rstrip("/") + NAVIGATION_PATHS[op], token=token, where=where, timeout=DEFAULT_TIMEOUT_S)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise MoonmindError("retrieval_failed", f"The RetrievalGateway at {where} answered with something that is not JSON.",
+                            "Check that MOONMIND_RETRIEVAL_URL points at a MoonMind RetrievalGateway.")
+    return data

@@ -48,20 +48,31 @@ def _error(r: httpx.Response) -> dict:
     return body["error"]
 
 
-def _raw(gw, data: bytes, wait_s: float = 10.0) -> tuple[bytes, float]:
-    """What the server sends back on a fresh connection after `data`, and how long it took to close."""
+def _raw(gw, data: bytes, wait_s: float = 10.0) -> bytes:
+    """What the server sends back on a fresh connection after `data`, until it closes (a server that
+    holds the connection past `wait_s` fails the test with a socket timeout)."""
     port = int(gw.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
-        started = time.monotonic()
         if data:
             s.sendall(data)
         chunks = []
         while chunk := s.recv(65536):
             chunks.append(chunk)
-        return b"".join(chunks), time.monotonic() - started
+        return b"".join(chunks)
 
 
-@pytest.mark.parametrize("field", ["repo", "tenant", "run_id", "path", "language"])
+def _logged(gw, token: str) -> None:
+    """Until a fresh request's access line is in the log: everything the gateway logged before it is there too."""
+    marker = f"/retrieval/health?after={time.monotonic_ns()}"
+    with gw.client(token) as c:
+        c.get(marker)
+    deadline = time.monotonic() + 30
+    while marker not in gw.logs():
+        assert time.monotonic() < deadline, "the access line never reached the log"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("field", ["repo", "tenant", "run_id", "path", "language", "resource_type"])
 def test_a_lone_surrogate_in_a_filter_is_the_callers_error(gateway, field):
     gw, token, _ = gateway
     r = _post(gw, token, ('{"query": "token", "filters": {"%s": "a\\udc80"}}' % field).encode())
@@ -101,7 +112,7 @@ def test_a_wrong_method_answers_405_with_allow(gateway):
 
 def test_a_request_that_is_not_http_gets_the_envelope(gateway):
     gw, _, _ = gateway
-    data, _ = _raw(gw, b"GARBAGE\r\n\r\n")
+    data = _raw(gw, b"GARBAGE\r\n\r\n")
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
     assert json.loads(body)["error"]["code"] == "invalid_query"
@@ -109,25 +120,25 @@ def test_a_request_that_is_not_http_gets_the_envelope(gateway):
 
 def test_a_connection_that_never_sends_is_closed_with_a_408(gateway):
     gw, _, _ = gateway
-    data, took = _raw(gw, b"")
+    data = _raw(gw, b"")
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408") and json.loads(body)["error"]["code"] == "request_timeout"
-    assert READ_TIMEOUT_S * 0.9 <= took < READ_TIMEOUT_S + 5
+    assert f"within {READ_TIMEOUT_S:g}s" in json.loads(body)["error"]["message"]  # the configured deadline cut it
 
 
 def test_a_trickling_body_is_cut_off_at_the_deadline_without_a_traceback(gateway):
     gw, token, _ = gateway
-    data, took = _raw(gw, b"POST /retrieval/context HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode()
-                      + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"query\"")
-    assert data.startswith(b"HTTP/1.1 408") and took < READ_TIMEOUT_S + 5
-    time.sleep(0.3)
+    data = _raw(gw, b"POST /retrieval/context HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode()
+                + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"query\"")
+    assert data.startswith(b"HTTP/1.1 408")
+    _logged(gw, token)
     assert "Traceback" not in gw.logs()
 
 
 def test_half_sent_headers_are_cut_off_at_the_deadline(gateway):
     gw, _, _ = gateway
-    data, took = _raw(gw, b"POST /retrieval/con")
-    assert data.startswith(b"HTTP/1.1 408") and took < READ_TIMEOUT_S + 5
+    data = _raw(gw, b"POST /retrieval/con")
+    assert data.startswith(b"HTTP/1.1 408")
 
 
 def test_two_hundred_idle_connections_are_all_released(gateway):
@@ -158,7 +169,7 @@ def test_keep_alive_requests_each_get_the_whole_deadline(gateway):
 def test_access_log_prints_every_request(gateway):
     gw, token, _ = gateway
     _post(gw, token, b'{"query": "access log line"}')
-    time.sleep(0.3)
+    _logged(gw, token)
     assert '"POST /retrieval/context HTTP/1.1" 200' in gw.logs()
 
 
