@@ -14,7 +14,7 @@ Token budget (`budgets.tokens`, counted like `usage.tokens`: the items' tokens,
 budget >= worst: nothing can need trimming. minimum <= budget < worst: retrieve,
 then drop whole lowest-ranked items until usage.tokens <= budget (`truncated`).
 budget < minimum: refused before any embedding or search (413), because not even
-one full-size chunk fits. Spec 03's example (tokens=1200, top_k=8, chunk 1500
+one full-size chunk fits. So a typical request (tokens=1200, top_k=8, chunk 1500
 chars: worst 3000+, minimum ~380) is accepted and trimmed, not refused.
 
 Latency budget (`budgets.latency_ms`): a deadline on the monotonic clock, handed
@@ -46,7 +46,7 @@ def estimate_pack_tokens(query: str, top_k: int, chunk_chars: int) -> tuple[int,
 
 
 def budget_tags(budget_type: str, limit: int | float | None, spent: int | float) -> dict[str, Any]:
-    """The telemetry tags both transports log for a budget decision (spec 03)."""
+    """The telemetry tags both transports log for a budget decision."""
     return {"budget_type": budget_type, "budget_limit": limit, "budget_spent": spent}
 
 
@@ -123,3 +123,15 @@ class Deadline:
     def check(self, stage: str) -> None:
         if self.expired():
             raise self.exceeded(stage)
+
+
+def fit_tokens(items: list["ContextItem"], budgets: "Budgets | None", deadline: "Deadline",
+               notes: list[str]) -> tuple[list["ContextItem"], bool]:
+    """The ranked items within the token budget (the lowest-ranked dropped first), saying what was dropped."""
+    if not (budgets and budgets.tokens):
+        return items, False
+    kept, truncated = trim_to_tokens(items, budgets.tokens)
+    check_trimmed(len(items), kept, items[0].token_count if items else 0, budgets, deadline.elapsed_ms())
+    if truncated:
+        notes.append(f"dropped {len(items) - len(kept)} lowest-ranked item(s) to fit the token budget of {budgets.tokens}")
+    return kept, truncated

@@ -156,17 +156,20 @@ def snippet_body(text: str) -> str:
 
 
 def format_item(n: int, item: ContextItem, with_repo: bool = False) -> str:
-    """Citation line outside, snippet inside a fence of its own (`with_repo`: see `citation_text`)."""
+    """Citation line outside, snippet inside a fence of its own (`with_repo`: see `citation_text`).
+
+    An item with no text (a locations-only pack, retrieval/shaping.py) is its citation line alone.
+    """
     title = neutralise(item.section_title, single_line=True)
+    cite = (f"{n}. [{citation_text(item, with_repo)}] score={item.score:.3f} trust={item.trust_class} "
+            f"({ORIGIN[item.trust_class]}){' — ' + title if title else ''}\n")
+    if not item.text:
+        return cite
     body = snippet_body(item.text)
     fence = fence_for(body)
     lang = _LANG.sub("", str(item.payload.get("language", "")))
     lang = "" if lang == "text" else lang
-    return (
-        f"{n}. [{citation_text(item, with_repo)}] score={item.score:.3f} trust={item.trust_class} "
-        f"({ORIGIN[item.trust_class]}){' — ' + title if title else ''}\n"
-        f"{fence}{lang}\n{body}{fence}\n"
-    )
+    return f"{cite}{fence}{lang}\n{body}{fence}\n"
 
 
 def format_context_text(items: list[ContextItem]) -> str:
@@ -242,6 +245,11 @@ def parse_context_text(text: str) -> list[ParsedItem]:
         number, cite, score, trust, origin, title = m.groups()
         if origin != ORIGIN[trust] or int(number) != len(items) + 1:
             raise ValueError(f"line {i + 1}: origin or numbering does not match")
+        if i + 1 < stop and lines[i + 1] == "":  # an item with no text: its citation line alone
+            items.append(ParsedItem(number=int(number), citation=re.sub(r"\\(.)", r"\1", cite), score=score,
+                                    trust_class=trust, section_title=title or "", language="", body=""))
+            i += 2
+            continue
         mo = _OPEN.match(lines[i + 1]) if i + 1 < stop else None
         if not mo:
             raise ValueError(f"line {i + 2}: expected an opening fence")
