@@ -15,7 +15,7 @@ from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection, Iterator
 
 from .. import observe
 from ..contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, ChunkPayload, TrustClass
@@ -25,13 +25,21 @@ from ..ids import utc_timestamp
 from ..settings import Settings
 from ..store import PointIn, Store
 from ..store.guardrails import check_collection
+from ..store.lexstats import RunTable
 from ..store.scopes import canonical_repo
 from ..text.chunking import Chunk, language_of
-from ..text.files import Skipped, TreeReader, walk
+from ..text.files import Skipped, TreeReader, listed, walk
 from . import points, workers
 from .points import Docs
 
 _NOTHING = workers.done(None)  # the "job" of a file that was not read: nothing to wait for
+#: the skip reason of a readable file the chunker finds no chunk in (shared with the dry run)
+NO_TEXT = "no text to index"
+
+
+def count_seen(files: list, skipped: list[Skipped]) -> int:
+    """Every file the walk met that is not ignored: each ends indexed, unchanged or skipped (with its reason)."""
+    return len(files) + sum(1 for s in skipped if s.kind == "file")
 
 
 @dataclass
@@ -95,20 +103,15 @@ class IndexSummary:
 
 
 #: Bumped whenever chunk boundaries, or what is embedded and BM25-indexed per chunk, change:
-#: the next index run then re-chunks files it would otherwise skip as unchanged.
-#: 2: tree-sitter definitions and reStructuredText sections.
-#: 3: packed chunks titled with every definition they hold; chained and export assignments titled;
-#:    C/C++ files with a local parse error (namespace macros) cut by their syntax tree; the static
-#:    embedder splits camelCase identifiers before its tokenizer.
-#: 4: BM25 stemming joins a word's plural to it (routes/route, values/value): the sparse vectors change.
-#: 5: MDX pages (`.mdx`: Docusaurus and similar books) cut at their headings like markdown, not as plain text.
-CHUNK_RECIPE_VERSION = 5
+#: the next index run then re-chunks files it would otherwise skip as unchanged (what each bump
+#: changed is in git log).
+CHUNK_RECIPE_VERSION = 6
 
 
 #: Points per store write. Why not one embedding batch (256): each write is durable as it returns,
-#: which on the embedded store is a flush with a fixed cost (~100 msyncs and ~25 fsyncs whatever it
-#: holds); four batches a write make that cost a quarter, and a run cut short loses at most this
-#: many points it had embedded and not yet stored (the next run does those files again).
+#: which on the embedded store is a flush with a fixed cost whatever it holds; four batches a write
+#: make that cost a quarter, and a run cut short loses at most this many points it had embedded and
+#: not yet stored (the next run does those files again).
 WRITE_POINTS = 1024
 
 
@@ -134,7 +137,7 @@ def payload_template(
     """A batch's payload as the contract dumps it, from its first chunk: what `points.build` copies per chunk.
 
     Why one per batch: the contract's keys, order, defaults and batch-wide values, validated once,
-    without ~20 µs of pydantic per chunk (and without pydantic where the points are built).
+    without pydantic's per-chunk cost (and without pydantic where the points are built).
     """
     path, fhash, chunks = next((d for d in docs if d[2]), docs[0])
     c = chunks[0]
@@ -166,6 +169,13 @@ def build_points(
     template = payload_template(docs, repo=repo, tenant=tenant, model_version=embedder.name,
                                 trust_class=trust_class, run_id=run_id, expires_at=expires_at)
     return points.build(embedder, docs, template)
+
+
+def _self_and_parents(rel: str) -> Iterator[str]:
+    """`a/b/c.py`, `a/b`, `a`."""
+    while rel:
+        yield rel
+        rel = rel.rpartition("/")[0]
 
 
 def _size(path: Path) -> int:
@@ -213,8 +223,12 @@ def index_repository(
     embedder: Embedder,
     store: Store,
     progress: Callable[..., None] | None = None,  # (files done, files, chunks so far)
+    paths: Collection[str] | None = None,
 ) -> IndexSummary:
     """Walk → read and hash → chunk → embed + BM25 + payloads → write, streamed in bounded batches.
+
+    `paths` (repo-relative files, or directories that are gone): look at these alone, as the walk
+    would, and leave the rest of the tree as it is stored (what the owner's watcher saw change).
 
     Chunking and embedding run on the other cores (`workers`) when the run is big enough to pay for
     starting them; this process reads, decides what changed, and writes, in file order. Batches are
@@ -244,15 +258,18 @@ def index_repository(
         # hash) instead of re-chunking everything under a false "chunking changed"
         recipes[scope_key] = recipe
         rechunk = False
+    if paths is not None:  # only these files may change or go; a directory selects the files under it
+        paths = {p.rstrip("/") for p in paths}
+        stored = {p: f for p, f in stored.items() if any(a in paths for a in _self_and_parents(p))}
     # marked before the first write, cleared by the last: the next run knows this one was cut short
     unfinished = dict((info.extra.get("unfinished_index_runs") if info else None) or {})
     summary.resumed = scope_key in unfinished
     unfinished[scope_key] = time.time()
-    store.set_metadata(chunk_recipes=recipes, unfinished_index_runs=unfinished)
+    terms = RunTable(store, info, tenant, repo)  # the repository's BM25 statistics, marked stale until the run ends
+    store.set_metadata(chunk_recipes=recipes, unfinished_index_runs=unfinished, **terms.begin())
 
-    files = list(walk(root, summary.skipped))
-    # every file the walk met that is not ignored: each ends indexed, unchanged or skipped (with its reason)
-    summary.files_seen = len(files) + sum(1 for s in summary.skipped if s.kind == "file")
+    files = list(walk(root, summary.skipped) if paths is None else listed(root, paths, summary.skipped))
+    summary.files_seen = count_seen(files, summary.skipped)
     batch_chunks = max(settings.embedding_batch_size * 4, 256)
     pool = workers.Pool(embedder, settings)
     pool.expect(sum(_size(path) for rel, path in files if rel not in stored))  # new files: a cold run's whole tree
@@ -301,6 +318,8 @@ def index_repository(
         built, stale_ids = held[:], held_stale[:]
         held.clear()
         held_stale.clear()
+        terms.replacing(stale_ids)  # read before the upsert overwrites them
+        terms.adding(built)
         store.upsert(built)
         summary.chunks_written += len(built)
         new_ids = {p.id for p in built}
@@ -330,7 +349,7 @@ def index_repository(
                 continue
             chunks = pool.result(job)[slot]
             if not chunks and old is None:
-                summary.skipped.append(Skipped(rel, "no text to index"))
+                summary.skipped.append(Skipped(rel, NO_TEXT))
                 continue
             summary.files_indexed += 1
             if old is not None:
@@ -379,11 +398,14 @@ def index_repository(
     # files that are gone (or now ignored/skipped) lose their chunks
     gone = [i for f in stored.values() for i in f.ids]
     summary.files_deleted = len(stored)
+    terms.replacing(gone)
     store.delete_ids(gone)
     summary.chunks_deleted += len(gone)
-    recipes[scope_key] = recipe
+    if paths is None or not rechunk:  # files left out of this run are still chunked the old way
+        recipes[scope_key] = recipe
     unfinished.pop(scope_key, None)
-    store.set_metadata(last_indexed_at=time.time(), chunk_recipes=recipes, unfinished_index_runs=unfinished)
+    named = terms.finish()  # the table is stored before the metadata names it
+    store.set_metadata(last_indexed_at=time.time(), chunk_recipes=recipes, unfinished_index_runs=unfinished, **named)
     store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
     store.flush()
     summary.seconds = time.perf_counter() - started

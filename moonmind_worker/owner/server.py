@@ -77,6 +77,7 @@ class OwnerServer:
         self.handed_to: Any = None
         self._last = time.monotonic()
         self._uid = os.geteuid()
+        self.freshness: Any = None  # the watchers of the trees indexed into this store (freshness.py)
 
     # -- life cycle ---------------------------------------------------------
     def start(self) -> OwnerServer:
@@ -100,6 +101,11 @@ class OwnerServer:
         self._thread = threading.Thread(target=self._accept_loop, name="moonmind-owner", daemon=True)
         self._thread.start()
         log.info("serving the embedded store to local clients on %s (%s, PID %d)", self.path, self.role, os.getpid())
+        if self.read_only is None:  # an owner that writes keeps what it indexed fresh
+            from .freshness import Freshness
+            from .ops import run
+
+            self.freshness = Freshness(self.settings, lambda args, settings: run("index", args, settings)).start()
         return self
 
     def stop(self) -> None:
@@ -108,6 +114,8 @@ class OwnerServer:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
         self._close_listener()
+        if self.freshness is not None:  # its re-index in flight ends before the store is let go
+            self.freshness.stop(DRAIN_S)
         if not self.drain(DRAIN_S):
             log.warning("stopping with requests still in flight after %.0f s: their clients retry", DRAIN_S)
         if _current["server"] is self:

@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterator, Literal, Sequence
+from typing import Iterable, Iterator, Literal, Sequence
 
 SKIP_DIRS = frozenset(
     """.git .hg .svn node_modules vendor third_party .venv venv env .env __pycache__ .mypy_cache .pytest_cache
@@ -420,6 +420,37 @@ def excluded_reason(root: Path, rel: str) -> str | None:
         if fd >= 0:
             os.close(fd)
     return None
+
+
+def listed(root: Path, rels: Iterable[str], skipped: list[Skipped] | None = None) -> Iterator[tuple[str, Path]]:
+    """What `walk(root)` would yield of the paths `rels` alone, sorted: each that is a regular file it would index.
+
+    Why: re-indexing the few files a watcher saw change must hold them to the walk's rules
+    without walking the whole tree. A path that is gone, a link, a directory or ignored is left out.
+    """
+    root = root.resolve()
+    for rel in sorted(set(rels)):
+        parts = PurePosixPath(rel).parts
+        if not parts or len(parts) > MAX_DEPTH + 1 or any(p in ("..", ".") for p in parts):
+            continue
+        problem = next((name_problem(p) for p in parts if name_problem(p)), None)
+        if problem is not None:
+            if skipped is not None:
+                skipped.append(Skipped(_shown(rel), problem))
+            continue
+        try:
+            st = os.lstat(root / rel)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        reason = excluded_reason(root, rel)
+        if reason == "lock/vendored/binary type":  # noted, as the walk notes it
+            if skipped is not None:
+                skipped.append(Skipped(rel, reason))
+            continue
+        if reason is None:
+            yield rel, root / rel
 
 
 def _ignored_by(specs: list[tuple[str, object]], rel: str, is_dir: bool) -> bool:
