@@ -115,6 +115,7 @@ def test_index_memory_breaks_the_runs_peak_down_by_process(tmp_path):
     assert "summed RSS peak" in r.stdout and "| process | RSS | PSS | anonymous | file-backed |" in r.stdout
     assert "| writer (rag index) |" in r.stdout and "[heap]" in r.stdout, r.stdout
 
+@pytest.mark.slow
 def test_same_output_finds_identical_searches_identical_and_reports_a_changed_one(prebuilt, home, tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "bench.same_output", "--home", str(home), "--only", "q00", "symbol", *args],
@@ -161,3 +162,18 @@ def test_hosted_latency_runs_on_a_given_tree_without_the_shared_eval_file(tmp_pa
     assert "using the suite's 10 queries" in p.stderr
     out = json.loads(p.stdout)
     assert out["in_process_whole_query"]["n"] == 10 and out["cli_process_whole_query"]["n"] == 1
+
+
+@pytest.mark.slow
+def test_peer_baseline_times_both_indexes_on_one_tree_and_reports_the_ratio_and_query_latency():
+    """`python -m bench.peer --quick` (issue 36): our cold index and semble's build interleaved on a small
+    tree, with the shipped model converted for the peer, and the query latency of every path."""
+    pytest.importorskip("semble")
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    r = subprocess.run([sys.executable, "-m", "bench.peer", "--quick"], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = next(line for line in r.stdout.splitlines() if line.startswith("| 1 |"))
+    assert row.count("MiB") == 2 and "**" in row, r.stdout
+    for path in ("ours in-process", "semble in-process", "ours one-shot", "ours served", "semble CLI"):
+        assert f"| {path}" in r.stdout, r.stdout

@@ -1,0 +1,245 @@
+"""Our cold index against the leading peer's index build, interleaved on one tree in one run (issue 36).
+
+`python -m bench.peer` times, for N rounds (default 2), one after the other on the same tree:
+
+* ours: `moonmind rag index DIR --repo django` in a subprocess, a fresh MOONMIND_HOME, `MOONMIND_OWNER=off`
+  (cold: nothing stored, the store created, every file chunked, embedded, written, optimized);
+* the peer: semble 0.7.0 `SembleIndex.from_path(DIR, model_path=...)` in a subprocess with a fresh, empty
+  `SEMBLE_CACHE_LOCATION` (cold cache), on the same static model: ours, converted to model2vec's layout in
+  a temporary directory at bench time (`model.safetensors` with the key `embeddings`, `tokenizer.json`,
+  `config.json`), so both embed with the same table and neither downloads anything.
+
+Each: wall, chunks, chunks/s and the peak of the process tree's summed RSS (`measure.run_tree_measured`),
+the load average beside the round, and per round the ratio peer wall / our wall (>= 1.0: ours no slower).
+Only the ratio within one run means anything on a shared box: absolute walls drift 1.5-2x between runs.
+
+Then query latency on those indexes, same queries: in-process (ours: embedder and store opened once in a
+process, the retrieval pipeline timed; the peer: `SembleIndex.search` after its build), ours served (a
+warm `moonmind serve` owner answers `rag search` processes), ours one-shot (`MOONMIND_OWNER=off`), and
+the peer's CLI (`semble search QUERY DIR`, its model named by `SEMBLE_MODEL_NAME`: the converted local
+directory, so it needs no hub access; its index cache warmed by a first call).
+
+The peer's `from_path` chunks in this process unless `SEMBLE_INDEX_WORKERS` is set (its CLI sets 4);
+`--peer-workers` sets it (default 4: the peer as its own CLI runs it; 0 to time the library default).
+`--quick`: a small tree (this package's text/ directory), one round, few queries: the smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .measure import run_tree_measured
+from .owner import QUERIES, django_source, env_for, start_owner
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+MOONMIND = str(BIN / "moonmind")
+SEMBLE = str(BIN / "semble")
+MODEL_DIR = ROOT / "moonmind_worker" / "models" / "static-code-256"
+
+# The peer's build, in its own process (its workers re-import __main__: this guard keeps them from re-running it).
+_PEER_BUILD = r"""
+import json, sys, time
+if __name__ == "__main__":
+    from semble import SembleIndex
+    source, model, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    t = time.perf_counter()
+    index = SembleIndex.from_path(source, model_path=model)
+    build = time.perf_counter() - t
+    walls = []
+    for i in range(3 * len(queries)):
+        t = time.perf_counter()
+        index.search(queries[i % len(queries)], top_k=10)
+        walls.append((time.perf_counter() - t) * 1000)
+    files = len({c.file_path for c in index.chunks})
+    print(json.dumps({"chunks": len(index.chunks), "files": files, "build_s": build, "search_ms": walls[len(queries):]}))
+"""
+
+# Our in-process search: the embedder and store opened once, the retrieval pipeline timed per query.
+_OURS_IN_PROCESS = r"""
+import json, sys, time
+from moonmind_worker.contracts import parse_query
+from moonmind_worker.retrieval.pipeline import retrieve_context_pack
+from moonmind_worker.runtime import get_embedder, get_store
+from moonmind_worker.settings import get_settings
+repo, queries = sys.argv[1], json.loads(sys.argv[2])
+settings = get_settings()
+embedder, store = get_embedder(settings), get_store(settings)
+walls = []
+for i in range(3 * len(queries)):
+    q = parse_query({"query": queries[i % len(queries)], "filters": {"repo": repo}})
+    t = time.perf_counter()
+    retrieve_context_pack(q, settings=settings, embedder=embedder, store=store)
+    walls.append((time.perf_counter() - t) * 1000)
+store.close()
+print(json.dumps(walls[len(queries):]))
+"""
+
+
+def convert_model(dest: Path) -> Path:
+    """The shipped static model in model2vec's local layout (what `StaticModel.from_pretrained(dir)` reads)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    # model2vec reads `model.safetensors`, tensor "embeddings" (ours is stored under that key already)
+    shutil.copyfile(MODEL_DIR / "embeddings.safetensors", dest / "model.safetensors")
+    shutil.copyfile(MODEL_DIR / "tokenizer.json", dest / "tokenizer.json")
+    ours = json.loads((MODEL_DIR / "config.json").read_text())
+    config = {"model_type": "model2vec", "architectures": ["StaticModel"], "tokenizer_name": ours["source_model"],
+              "apply_pca": ours["dimensions"], "hidden_dim": ours["dimensions"], "normalize": ours["normalize"],
+              "seq_length": 1000000}
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    return dest
+
+
+def load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def peer_env(cache: Path, model: Path, workers: int) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("SEMBLE_", "MOONMIND_"))}
+    e["SEMBLE_CACHE_LOCATION"] = str(cache)
+    e["SEMBLE_MODEL_NAME"] = str(model)  # the CLI's model: the converted local directory, never the hub
+    e["HF_HUB_OFFLINE"] = "1"
+    if workers:
+        e["SEMBLE_INDEX_WORKERS"] = str(workers)
+    return e
+
+
+def ours_once(source: Path, home: Path) -> dict:
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    before = load()
+    r = run_tree_measured([MOONMIND, "rag", "index", str(source), "--repo", "django"], env_for(home))
+    if r.code != 0:
+        raise RuntimeError(f"rag index failed ({r.code}): {r.stderr[-1500:]}")
+    m = re.search(r"(\d+) indexed \+.*?(\d+) chunks written", r.stdout + r.stderr)
+    files, chunks = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    return {"wall_s": r.wall_s, "chunks": chunks, "files": files, "rss_mib": r.tree_peak_mib, "load": before}
+
+
+def peer_once(source: Path, model: Path, cache: Path, workers: int, queries: list[str]) -> dict:
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    before = load()
+    r = run_tree_measured([sys.executable, "-c", _PEER_BUILD, str(source), str(model), json.dumps(queries)],
+                          peer_env(cache, model, workers))
+    if r.code != 0:
+        raise RuntimeError(f"semble build failed ({r.code}): {r.stderr[-1500:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"wall_s": r.wall_s, "chunks": out["chunks"], "files": out["files"], "rss_mib": r.tree_peak_mib,
+            "load": before, "build_s": out["build_s"], "search_ms": out["search_ms"]}
+
+
+def cli_walls(cmd_for, env: dict[str, str], queries: list[str], rounds: int) -> list[float]:
+    walls = []
+    for _ in range(rounds):
+        for q in queries:
+            t = time.perf_counter()
+            p = subprocess.run(cmd_for(q), env=env, capture_output=True, text=True, timeout=300)
+            walls.append((time.perf_counter() - t) * 1000)
+            if p.returncode != 0:
+                raise RuntimeError(f"{cmd_for(q)[:3]} failed ({p.returncode}): {p.stderr[-800:]}")
+    return walls
+
+
+def latencies(source: Path, home: Path, model: Path, cache: Path, workers: int, queries: list[str],
+              rounds: int) -> dict[str, list[float]]:
+    off = env_for(home)
+    p = subprocess.run([sys.executable, "-c", _OURS_IN_PROCESS, "django", json.dumps(queries)], env=off,
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    if p.returncode != 0:
+        raise RuntimeError(f"in-process search failed: {p.stderr[-800:]}")
+    out = {"ours in-process": json.loads(p.stdout.strip().splitlines()[-1])}
+
+    def ours(q: str) -> list[str]:
+        return [MOONMIND, "rag", "search", "--query", q, "--filters", "repo=django"]
+
+    cli_walls(ours, off, queries[:2], 1)  # page cache warm
+    out["ours one-shot (MOONMIND_OWNER=off)"] = cli_walls(ours, off, queries, rounds)
+    served = dict(off, MOONMIND_OWNER="auto")
+    owner = start_owner(off, home)
+    try:
+        cli_walls(ours, served, queries[:2], 1)
+        out["ours served (warm `moonmind serve`)"] = cli_walls(ours, served, queries, rounds)
+    finally:
+        owner.terminate()
+        owner.wait(30)
+    penv = peer_env(cache, model, workers)
+
+    def peer(q: str) -> list[str]:
+        return [SEMBLE, "search", q, str(source), "-k", "10"]
+
+    cli_walls(peer, penv, queries[:1], 1)  # builds and caches its index (`semble search` reuses it after)
+    out["semble CLI (`semble search`, cached index)"] = cli_walls(peer, penv, queries, rounds)
+    return out
+
+
+def quick_tree(dest: Path) -> Path:
+    shutil.copytree(ROOT / "moonmind_worker" / "text", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (ours, peer) (default 2)")
+    ap.add_argument("--source", default=None, help="tree to index (default: the Django 5.1.4 source)")
+    ap.add_argument("--peer-workers", type=int, default=4,
+                    help="SEMBLE_INDEX_WORKERS for the peer's build (default 4, as its CLI; 0: in its process)")
+    ap.add_argument("--query-rounds", type=int, default=2, help="passes over the queries per CLI arm (default 2)")
+    ap.add_argument("--no-queries", action="store_true", help="index builds only")
+    ap.add_argument("--quick", action="store_true", help="a small tree, one round, few queries (smoke test)")
+    args = ap.parse_args(argv)
+    scratch = Path(tempfile.mkdtemp(prefix="moonmind-peer-"))
+    try:
+        if args.quick:
+            source, rounds, queries, qrounds = quick_tree(scratch / "tree"), 1, QUERIES[:2], 1
+        else:
+            source = Path(args.source) if args.source else django_source()
+            rounds, queries, qrounds = args.rounds, QUERIES, args.query_rounds
+        model = convert_model(scratch / "model2vec")
+        home, cache = scratch / "home", scratch / "semble-cache"
+        print(f"tree {source}; {os.cpu_count()} CPUs; peer SEMBLE_INDEX_WORKERS={args.peer_workers}", flush=True)
+        print("| round | load before (1/5/15 min) | ours wall | ours chunks | ours chunks/s | ours peak RSS "
+              "| peer wall | peer chunks | peer chunks/s | peer peak RSS | load before peer | peer/ours |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        ratios, peer_search = [], []
+        for n in range(1, rounds + 1):
+            o = ours_once(source, home)
+            p = peer_once(source, model, cache, args.peer_workers, queries)
+            peer_search += p["search_ms"]
+            ratio = p["wall_s"] / o["wall_s"]
+            ratios.append(ratio)
+            print(f"| {n} | {o['load']} | {o['wall_s']:.1f} s | {o['chunks']} | {o['chunks'] / o['wall_s']:.0f} "
+                  f"| {o['rss_mib']:.0f} MiB | {p['wall_s']:.1f} s | {p['chunks']} | {p['chunks'] / p['wall_s']:.0f} "
+                  f"| {p['rss_mib']:.0f} MiB | {p['load']} | **{ratio:.2f}** |", flush=True)
+        print(f"\nours: {o['files']} files indexed; peer: {p['files']} files with chunks. "
+              f"peer/ours wall ratio: median {statistics.median(ratios):.2f}, min {min(ratios):.2f} "
+              "(>= 1.0: ours no slower)", flush=True)
+        if not args.no_queries:
+            lat = latencies(source, home, model, cache, args.peer_workers, queries, qrounds)
+            lat = {**dict(list(lat.items())[:1]), "semble in-process (`SembleIndex.search`)": peer_search,
+                   **dict(list(lat.items())[1:])}
+            print(f"\nquery latency, {len(queries)} queries (load {load()}):\n")
+            print("| path | n | p50 | p95 |\n|---|---|---|---|")
+            for name, walls in lat.items():
+                s = sorted(walls)
+                print(f"| {name} | {len(s)} | {statistics.median(s):.1f} ms | {s[min(len(s) - 1, int(0.95 * len(s)))]:.1f} ms |")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
