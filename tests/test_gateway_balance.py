@@ -7,7 +7,6 @@ from __future__ import annotations
 import mmap
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -33,14 +32,14 @@ def publish(path, slot: int, count: int) -> None:
 
 
 @pytest.fixture
-def worker(counts_file, monkeypatch):
+def worker(counts_file):
     """A Balancer for 2 workers, its open connections set by `holding(n)` and its clock by `at(t)`."""
     clock = [1000.0]
-    monkeypatch.setattr(balance, "time", SimpleNamespace(monotonic=lambda: clock[0]))  # this module's clock only
-    b = balance.Balancer(counts_file, 2)
+    held = [0]
+    b = balance.Balancer(counts_file, 2, connections=lambda: held[0], clock=lambda: clock[0])
 
     def holding(n: int) -> None:
-        monkeypatch.setattr(balance, "_connections", set(range(n)))
+        held[0] = n
 
     def at(t: float) -> None:
         clock[0] = t
@@ -87,9 +86,8 @@ def test_a_worker_over_its_fair_share_sheds_one_connection_per_interval(worker, 
     assert not b.should_close()
 
 
-def test_close_zeroes_the_slot_so_a_stopped_workers_connections_stop_counting(counts_file, monkeypatch):
-    b = balance.Balancer(counts_file, 2)
-    monkeypatch.setattr(balance, "_connections", set(range(4)))
+def test_close_zeroes_the_slot_so_a_stopped_workers_connections_stop_counting(counts_file):
+    b = balance.Balancer(counts_file, 2, connections=lambda: 4)
     b.should_close()
     assert slots(counts_file)[b.slot] == 4
     b.close()
@@ -99,7 +97,7 @@ def test_close_zeroes_the_slot_so_a_stopped_workers_connections_stop_counting(co
 CLAIM = """
 import sys
 from moonmind_worker.gateway.balance import Balancer
-b = Balancer(sys.argv[1], 2)
+b = Balancer(sys.argv[1], 2, connections=lambda: 0)
 print(b.slot, flush=True)
 sys.stdin.read()
 """
@@ -110,13 +108,13 @@ def test_each_process_claims_its_own_slot_and_a_dead_ones_slot_is_free_again(cou
                              stdout=subprocess.PIPE, text=True)
     try:
         assert first.stdout.readline().strip() == "0"
-        mine = balance.Balancer(counts_file, 2)
+        mine = balance.Balancer(counts_file, 2, connections=lambda: 0)
         assert mine.slot == 1  # slot 0 is locked by the other process
         mine.close()
     finally:
         first.kill()  # no clean-up of its own: the kernel drops its byte-range lock
         first.wait()
-    again = balance.Balancer(counts_file, 2)
+    again = balance.Balancer(counts_file, 2, connections=lambda: 0)
     try:
         assert again.slot == 0
     finally:
@@ -130,7 +128,7 @@ def test_a_full_file_refuses_another_worker(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "0"
         with pytest.raises(RuntimeError, match="all 1 balance slots are taken"):
-            balance.Balancer(path, 2)
+            balance.Balancer(path, 2, connections=lambda: 0)
     finally:
         holder.kill()
         holder.wait()

@@ -1,1 +1,1 @@
-"""The RetrievalGateway (spec 03): the FastAPI app, bearer-token scopes, its HTTP protocol, and the processes that serve it."""
+"""The RetrievalGateway: the FastAPI app, bearer-token scopes, its HTTP protocol, and the processes that serve it."""

@@ -16,26 +16,13 @@ import fcntl
 import mmap
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-from .http import GatewayHttpProtocol
 
 _SLOT_BYTES = 8
 #: A worker closes at most one connection per this many seconds: each close must land before
 #: the counts say whether another is needed.
 SHED_INTERVAL_S = 0.05
-
-#: This process's open HTTP connections: uvicorn's own set, captured by `CountedHttpProtocol`.
-_connections: set | None = None
-
-
-class CountedHttpProtocol(GatewayHttpProtocol):
-    """The gateway's HTTP protocol, letting `Balancer` see this process's open connections."""
-
-    def __init__(self, config, server_state, app_state, _loop=None) -> None:
-        global _connections
-        super().__init__(config, server_state, app_state, _loop)
-        _connections = server_state.connections  # one set per process, kept by uvicorn
 
 
 def create_file(path: Path, slots: int) -> Path:
@@ -45,10 +32,16 @@ def create_file(path: Path, slots: int) -> Path:
 
 
 class Balancer:
-    """One worker's view of the shared counts: its own slot, written on every response."""
+    """One worker's view of the shared counts: its own slot, written on every response.
 
-    def __init__(self, path: Path, workers: int) -> None:
+    `connections` says how many connections this process holds now (uvicorn_adapter.open_connections).
+    """
+
+    def __init__(self, path: Path, workers: int, connections: Callable[[], int],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.workers = workers
+        self._connections = connections
+        self._clock = clock
         self._fd = os.open(path, os.O_RDWR)
         self._slots = os.fstat(self._fd).st_size // _SLOT_BYTES
         self.slot = self._claim()
@@ -70,12 +63,12 @@ class Balancer:
 
     def should_close(self) -> bool:
         """Publish this worker's count; True when it holds more than its share and may shed one now."""
-        mine = len(_connections) if _connections is not None else 0
+        mine = self._connections()
         self._counts[self.slot] = mine
         fair = -(-sum(self._counts) // self.workers)
         if mine <= fair:
             return False
-        now = time.monotonic()
+        now = self._clock()
         if now < self._next_shed:
             return False
         self._next_shed = now + SHED_INTERVAL_S

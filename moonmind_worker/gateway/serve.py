@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,7 +50,7 @@ def serve(
     """
     import uvicorn
 
-    from .http import GatewayHttpProtocol
+    from .uvicorn_adapter import GatewayHttpProtocol
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings or get_settings()
@@ -83,19 +82,8 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
     import tempfile
 
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
-    from . import balance
-
-    class Supervisor(Multiprocess):
-        def handle_hup(self) -> None:
-            """Reload tokens in place (each worker re-reads the file) instead of restarting workers."""
-            for process in self.processes:
-                if process.pid is not None:
-                    try:
-                        os.kill(process.pid, signal.SIGHUP)
-                    except ProcessLookupError:
-                        pass
+    from . import balance, uvicorn_adapter
 
     TokenRegistry(settings.tokens_file)  # a missing or broken token file fails here, once, not in each worker
     spec: dict[str, Any] = {"tokens_file": str(settings.tokens_file), "concurrency": concurrency, "workers": workers}
@@ -116,12 +104,12 @@ def _serve_workers(host: str, port: int, settings: Settings, access_log: bool, c
         os.environ[WORKER_ENV] = json.dumps(spec)
         config = uvicorn.Config(
             f"{__name__}:worker_app", factory=True, host=host, port=port, workers=workers,
-            http=f"{balance.__name__}:CountedHttpProtocol", log_level=_log_level(access_log), access_log=access_log,
+            http=uvicorn_adapter.GatewayHttpProtocol, log_level=_log_level(access_log), access_log=access_log,
             lifespan="on",
         )
         sock = config.bind_socket()
         announce(sock, config, settings, workers=workers)
-        Supervisor(config, sockets=[sock]).run()
+        uvicorn_adapter.run_workers(config, [sock])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if held is not None:
@@ -172,17 +160,16 @@ def _serve_the_box(settings: Settings, read_only: str | None) -> None:
 def worker_app() -> FastAPI:
     """One process of `serve --workers N` (a uvicorn factory): the parent's settings, its own replica."""
     from .balance import Balancer
+    from .uvicorn_adapter import GatewayHttpProtocol, open_connections
 
     spec = json.loads(os.environ[WORKER_ENV])
     store = balancer = None
     try:
         settings = get_settings().model_copy(update={"gateway_tokens_file": Path(spec["tokens_file"])})
-        from .http import GatewayHttpProtocol
-
         GatewayHttpProtocol.read_timeout_s = settings.gateway_read_timeout_s
         if "replicas" in spec:
             store = open_replica(Path(spec["source"]), Path(spec["replicas"]), settings.collection)
-        balancer = Balancer(Path(spec["balance"]), spec["workers"])
+        balancer = Balancer(Path(spec["balance"]), spec["workers"], open_connections)
         return create_app(settings, concurrency=spec["concurrency"], store=store, balancer=balancer)
     except (MoonmindError, OSError, RuntimeError) as err:  # e.g. the token file broke or the disk filled since start-up
         if store is not None:
