@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .errors import MoonmindError
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -30,6 +30,10 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "stats": (("tenant",), "stats for"),
     "repos": (("tenant",), "listing the repositories of"),
 }
+
+
+#: Operations that take a RetrievalQuery (`query`, with its filters): the ceiling fills and bounds its filters.
+QUERY_OPERATIONS = ("search", "related", "symbols")
 
 
 def bound(scope: Any, key: str) -> str | None:
@@ -73,7 +77,7 @@ def confine(op: str, args: Any, scope: Any) -> Any:
     if op == "enqueue":  # a queued task (`--execution queue`), sent from here or by the box's owner for its client
         kwargs, task = args.get("kwargs"), args.get("task")
         return {**args, "kwargs": task_kwargs(task, kwargs, scope)} if isinstance(kwargs, dict) else args
-    if op == "search":
+    if op in QUERY_OPERATIONS:
         query = args.get("query")
         filters = query.get("filters") if isinstance(query, dict) else None
         if not isinstance(query, dict) or not isinstance(filters, (dict, type(None))):
@@ -130,7 +134,7 @@ def task_kwargs(task: Any, kwargs: dict[str, Any], scope: Any) -> dict[str, Any]
     wire = carried(scope)
     if wire is None:
         return kwargs
-    from .transports import queue_client as q
+    from . import task_names as q
 
     if task == q.SEARCH:
         return {**kwargs, "query": confine("search", {"query": kwargs.get("query")}, scope)["query"], "scope": wire}

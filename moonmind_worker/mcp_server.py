@@ -8,7 +8,7 @@ a tool error carrying the `{"error": {"code", "message", "action"}}` envelope.
 
 No second pipeline: `search` goes through `transports.search` (the gateway when
 MOONMIND_RETRIEVAL_URL is set, else the box's warm owner or this process one-shot), and
-`index`, `overlay_upsert` and `stats` through `owner.client.execute`, as the CLI's
+`index`, `overlay_upsert` and `stats` through `owner.dispatch.execute`, as the CLI's
 commands do. A one-shot call releases the embedded store right after, so this long-lived
 process never keeps the store locked from the user's own commands.
 
@@ -19,19 +19,18 @@ Paths are the client's, not this process's: clients start servers in any directo
 in `/`), so a relative `path`, `paths` or `root` is taken relative to the client's workspace root,
 its MCP roots when it declares them, else MOONMIND_ROOT, and refused otherwise (see "workspace" below).
 
-Imported only by `moonmind mcp` (the SDK costs ~0.5 s of imports no other command pays).
+Imported only by `moonmind mcp` (the SDK is a heavy import no other command should pay).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
 import warnings
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, cast
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -39,122 +38,13 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from .cli.main import version
-from .contracts import FILTER_KEYS, TOP_K_MAX, TOP_K_MIN, ContextPack
+from .entry import version
 from .errors import MoonmindError
+from .mcp_stdin import _claim_stdin, _NoInput, _read_frames
+from .mcp_tools import TOOLS, offered_tools
 
 #: Tool calls run one at a time: the process holds at most one one-shot store open, and releases it.
 _CALLS = threading.Lock()
-
-_FILTERS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "Payload filters, the same keys as `moonmind rag search --filters`. Unset keys default to "
-                   "MOONMIND_REPO / MOONMIND_TENANT / MOONMIND_RUN_ID when set.",
-    "properties": {key: {"type": "string"} for key in FILTER_KEYS},
-    "additionalProperties": False,
-}
-
-TOOLS: list[types.Tool] = [
-    types.Tool(
-        name="search",
-        description="Retrieve a ready-to-paste context pack (code chunks with path#line citations) for a natural-"
-                    "language or identifier query from the indexed repositories. Deterministic: embed, vector + "
-                    "lexical search, no generative model.",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "what to look for"},
-                "top_k": {"type": "integer", "minimum": TOP_K_MIN, "maximum": TOP_K_MAX,
-                          "description": "number of items (default RAG_SIMILARITY_TOP_K=8)"},
-                "filters": _FILTERS_SCHEMA,
-                "score_threshold": {"type": "number", "minimum": 0, "maximum": 1, "description": "minimum score"},
-                "budget": {
-                    "type": "object", "description": "ceilings: tokens (pack size), latency_ms",
-                    "properties": {"tokens": {"type": "integer", "minimum": 1}, "latency_ms": {"type": "integer", "minimum": 1}},
-                    "additionalProperties": False,
-                },
-            },
-            "required": ["query"],
-            "additionalProperties": False,
-        },
-        # the ContextPack contract (spec 04): clients may validate the structured result against it
-        output_schema=ContextPack.model_json_schema(mode="serialization"),
-    ),
-    types.Tool(
-        name="index",
-        description="Index (incrementally) a repository tree on this machine so `search` can find it.",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "root of the tree (absolute, or relative to the workspace "
-                                                         "root: the client's MCP roots, else MOONMIND_ROOT)"},
-                "repo": {"type": "string", "description": "repository name stored with every chunk"},
-                "tenant": {"type": "string", "description": "tenant (default MOONMIND_TENANT or 'default')"},
-                "force": {"type": "boolean", "description": "index even `/` or the home directory (refused otherwise)"},
-            },
-            "required": ["path", "repo"],
-            "additionalProperties": False,
-        },
-    ),
-    types.Tool(
-        name="overlay_upsert",
-        description="Make this run's edited (or deleted) files searchable before they are committed: they shadow "
-                    "the indexed copies for searches filtered on the run id.",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "paths": {"type": "array", "items": {"type": "string"}, "minItems": 1,
-                          "description": "edited or deleted files (absolute, or relative to root when given, else to "
-                                         "the workspace root: the client's MCP roots, else MOONMIND_ROOT); a missing "
-                                         "file must be one the index holds (it is hidden for the run)"},
-                "run_id": {"type": "string", "description": "run id (default MOONMIND_RUN_ID)"},
-                "repo": {"type": "string", "description": "repository (default MOONMIND_REPO)"},
-                "tenant": {"type": "string", "description": "tenant (default MOONMIND_TENANT or 'default')"},
-                "root": {"type": "string", "description": "workspace root the stored paths are relative to (default: "
-                                                         "the enclosing git work tree of the workspace root)"},
-                "ttl": {"type": "string", "description": "lifetime, e.g. 30m, 2h (default 24h)"},
-            },
-            "required": ["paths"],
-            "additionalProperties": False,
-        },
-    ),
-    types.Tool(
-        name="stats",
-        description="What the index holds for a repository: files, chunks, languages.",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "repo": {"type": "string", "description": "repository (default MOONMIND_REPO)"},
-                "tenant": {"type": "string", "description": "tenant (default: any)"},
-            },
-            "additionalProperties": False,
-        },
-    ),
-]
-
-
-def offered_tools(settings: Any) -> list[types.Tool]:
-    """The tools as offered to the agent: inside a job, without the arguments its scope fixes (`job_scope`).
-
-    Why: an argument the agent may not use is an invitation (retrieved text can ask for it). One sent
-    anyway is still accepted by `_check_args` and refused `forbidden` where the operation runs.
-    """
-    import copy
-
-    from .job_scope import bounds
-
-    fixed = bounds(settings)
-    if not fixed:
-        return TOOLS
-    out = []
-    for tool in TOOLS:
-        schema = copy.deepcopy(tool.input_schema)
-        for props in (schema["properties"], schema["properties"].get("filters", {}).get("properties", {})):
-            for key in fixed:
-                props.pop(key, None)
-        out.append(tool.model_copy(update={"input_schema": schema}))
-    return out
-
 
 def _bad(message: str, action: str) -> MoonmindError:
     return MoonmindError("invalid_argument", message, action)
@@ -204,8 +94,8 @@ def _settings():
 
 def search(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """The context pack for the arguments: (texts, ContextPack JSON) over the CLI's transports."""
-    from .cli.rag import search_request
     from .contracts import parse_query
+    from .entry import search_request
     from .transports import search as run_search
 
     filters = _object(args, "filters")
@@ -219,12 +109,18 @@ def search(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[
                             'Pass e.g. {"tokens": 1200, "latency_ms": 800}.')
     settings = _settings()
     request = search_request(args["query"], top_k=args.get("top_k"), filters=filters,
-                             score_threshold=args.get("score_threshold"), budgets=budgets)
+                             score_threshold=args.get("score_threshold"), budgets=budgets,
+                             max_lines=args.get("max_lines"), locations_only=args.get("locations_only", False),
+                             cursor=args.get("cursor"))
     parse_query(request, fields="json")  # checked here too, so a bad argument's remedy names the argument, not a CLI flag
     pack = run_search(request, settings=settings, execution=settings.rag_execution)
     texts = [pack["context_text"]]
-    if pack.get("notes"):
-        texts.append("\n".join(f"note: {n}" for n in pack["notes"]))
+    notes = [f"note: {n}" for n in pack["notes"]]
+    if pack.get("next_cursor"):  # said in text too: an agent that reads only the text can still page on
+        notes.append(f"note: {pack['total_results']} results in all; the next page: the same search with "
+                     f"\"cursor\": \"{pack['next_cursor']}\"")
+    if notes:
+        texts.append("\n".join(notes))
     return texts, pack
 
 
@@ -292,7 +188,7 @@ def index(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[s
 
     `progress(done, total, chunks)` reaches the client as MCP progress notifications when it asked for them.
     """
-    from .owner.client import execute
+    from .owner.dispatch import execute
 
     settings = _settings()
     path, repo = _string(args, "path"), _string(args, "repo")
@@ -318,7 +214,7 @@ def index(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[s
 
 def _known_paths(settings: Any, repo: str, tenant: str, run_id: str) -> set[str]:
     """The paths a tombstone can hide: the repository's indexed files (in `tenant`) and this run's overlaid ones."""
-    from .owner.client import execute
+    from .owner.dispatch import execute
 
     known: set[str] = set()
     try:
@@ -359,8 +255,8 @@ def _check_missing(paths: list[str], root: Path, settings: Any, repo: str, tenan
 
 def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """Upsert edited files into this run's overlay: the OverlayReport."""
-    from .cli.overlay import default_root
-    from .owner.client import execute
+    from .entry import default_root
+    from .owner.dispatch import execute
 
     settings = _settings()
     paths = args["paths"]
@@ -396,7 +292,7 @@ def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str
 
 def stats(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """What the index holds for a repository (`moonmind rag stats`)."""
-    from .owner.client import execute
+    from .owner.dispatch import execute
 
     settings = _settings()
     repo = _string(args, "repo") or settings.repo
@@ -406,7 +302,39 @@ def stats(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[s
     return [out["text"]], out["stats"]
 
 
-HANDLERS = {"search": search, "index": index, "overlay_upsert": overlay_upsert, "stats": stats}
+def _navigate(op: str, text: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """`related` / `symbols` over the CLI's transports, scoped as a search is (`search_request`)."""
+    from .contracts import parse_query
+    from .entry import search_request
+    from .transports import navigate
+
+    filters = _object(args, "filters")
+    if any(not isinstance(v, str) for v in filters.values()):
+        raise MoonmindError("invalid_query", "Filters must be strings.", 'Pass filters as strings, e.g. {"repo": "myrepo"}.')
+    request = search_request(text, top_k=args.get("top_k"), filters=filters)
+    parse_query(request, fields="json")  # a bad argument's remedy names the argument, not a CLI flag
+    return navigate(op, request, settings=_settings())
+
+
+def related(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
+    """The chunks most similar to a location: the pack's markdown, the ContextPack."""
+    pack = _navigate("related", _string(args, "location"), args)
+    return [pack["context_text"], "\n".join(f"note: {n}" for n in pack["notes"])], pack
+
+
+def symbols(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
+    """Where a name is defined, then mentioned: one line per place, and the SymbolsResult."""
+    from .entry import symbol_line
+
+    result = _navigate("symbols", _string(args, "name"), args)
+    texts = ["\n".join(symbol_line(s) for s in result["symbols"])]
+    if result.get("notes"):
+        texts.append("\n".join(f"note: {n}" for n in result["notes"]))
+    return texts, result
+
+
+HANDLERS = {"search": search, "index": index, "overlay_upsert": overlay_upsert, "stats": stats,
+            "related": related, "symbols": symbols}
 
 
 def call(name: str, arguments: Any, progress: Any = None, roots: tuple[Path, ...] = ()) -> types.CallToolResult:
@@ -526,7 +454,7 @@ async def _client_roots(ctx: Any, params: Any) -> tuple[Path, ...] | types.Input
 
 
 def build_server() -> Server:
-    """The MCP server: four tools, handlers run in a worker thread (the pipeline is blocking)."""
+    """The MCP server: the TOOLS, handlers run in a worker thread (the pipeline is blocking)."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         try:
@@ -547,7 +475,8 @@ def build_server() -> Server:
     return Server(
         "moonmind", version=version(),
         instructions="Deterministic code retrieval over indexed repositories: call `search` with what you are "
-                     "looking for and paste the returned context (it cites path#lines).",
+                     "looking for and paste the returned context (it cites path#lines); `symbols` finds where a name is "
+                     "defined, `related` the code like a path#lines.",
         on_list_tools=list_tools, on_call_tool=call_tool,
     )
 
@@ -575,131 +504,3 @@ async def _serve() -> None:
 def serve() -> None:
     """Serve MCP on stdin/stdout until the client closes stdin."""
     anyio.run(_serve)
-
-
-# ------------------------------------------------------------ stdin guard ---
-# Why our own reader in front of the SDK's: the SDK's stdio reader hands a line it cannot parse
-# (not JSON, or a lone surrogate such as "\ud800", which its JSON parser rejects) to the server
-# as an exception, which the server drops: the client never gets an answer and waits for good.
-# Here every line that is not a message the SDK accepts is answered on the spot.
-
-#: JSON-RPC's "Invalid Request": valid JSON that is not a JSON-RPC message.
-INVALID_REQUEST = -32600
-
-
-def _lone_surrogate(value: Any) -> bool:
-    """True when a string anywhere in `value` (keys too) holds half of a surrogate pair."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if any("\ud800" <= ch <= "\udfff" for ch in item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
-def _error(request_id: Any, code: int, message: str) -> types.JSONRPCError:
-    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
-
-
-def frame(line: bytes) -> tuple[Any, Any]:
-    """(message for the server, answer for the client) for one line of stdin; either or both may be None.
-
-    Not JSON: a parse error (id null). Valid JSON with a lone surrogate: a `tools/call` gets a tool
-    error (the envelope, like any bad argument), another request an invalid-params error, with its
-    id; a notification gets nothing (JSON-RPC answers none). Valid JSON that is not a message:
-    an invalid-request error. Everything else goes to the SDK as its own reader would send it.
-    """
-    text = line.decode("utf-8", errors="replace")  # invalid UTF-8 becomes U+FFFD, as in the SDK's reader
-    if not text.strip():
-        return None, None
-    try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        detail = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "nested too deep"
-        return None, _error(None, types.PARSE_ERROR, f"Parse error: the line is not valid JSON ({detail}).")
-    request = obj if isinstance(obj, dict) else {}
-    rid = request.get("id")
-    if isinstance(rid, bool) or not isinstance(rid, (int, str)) or _lone_surrogate(rid):
-        rid = None
-    if "\\u" in text.lower() and _lone_surrogate(obj):  # only a \u escape can make a lone surrogate
-        if "method" in request and "id" not in request:
-            return None, None
-        if request.get("method") == "tools/call" and rid is not None:
-            return None, _surrogate_tool_error(rid)
-        params = rid is not None and "method" in request
-        return None, _error(rid, types.INVALID_PARAMS if params else INVALID_REQUEST,
-                            f"Invalid {'params' if params else 'Request'}: a string holds a lone surrogate "
-                            "(half of a UTF-16 pair), which is not valid Unicode text.")
-    try:
-        return types.jsonrpc_message_adapter.validate_json(text, by_name=False), None
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        return None, _error(rid, INVALID_REQUEST, f"Invalid Request: not a JSON-RPC 2.0 message ({str(exc).splitlines()[0]}).")
-
-
-def _surrogate_tool_error(request_id: Any) -> types.JSONRPCResponse:
-    """The tool error a bad argument gets (see `call`), for arguments that are not valid Unicode text."""
-    envelope = _bad("An argument holds a lone surrogate (half of a UTF-16 pair), which is not valid Unicode text.",
-                    "Pass arguments as valid Unicode strings (escape pairs whole, e.g. \\ud83d\\ude00).").envelope()
-    result = types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(envelope))],
-                                  structured_content=envelope, is_error=True)
-    return types.JSONRPCResponse(jsonrpc="2.0", id=request_id,
-                                 result=result.model_dump(by_alias=True, mode="json", exclude_none=True))
-
-
-def _claim_stdin() -> tuple[BinaryIO, Callable[[], None]]:
-    """A private duplicate of fd 0 to read frames from, with fd 0 pointed at the null device (as the SDK does),
-    so a tool's child process reads EOF, never a frame; and the call that puts fd 0 back."""
-    import fcntl
-    import sys
-
-    try:
-        private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-    except OSError:
-        return sys.stdin.buffer, lambda: None
-    try:
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-    except OSError:
-        pass  # fd 0 still carries the wire: read it through the duplicate all the same
-
-    def restore() -> None:
-        with contextlib.suppress(OSError):
-            os.dup2(private, 0)
-
-    # closefd=False: the reading thread may still block on it when the server stops
-    return os.fdopen(private, "rb", closefd=False), restore
-
-
-class _NoInput:
-    """The SDK's own stdin reader gets nothing: `_read_frames` feeds the server instead."""
-
-    def __aiter__(self) -> _NoInput:
-        return self
-
-    async def __anext__(self) -> str:
-        raise StopAsyncIteration
-
-
-async def _read_frames(stdin: BinaryIO, messages: Any, replies: Any) -> None:
-    """Feed the server what the SDK accepts from stdin, answer the rest (`frame`), close at EOF."""
-    import sys
-
-    async with messages:
-        async for line in anyio.wrap_file(stdin):
-            message, answer = frame(line)
-            if message is not None:
-                await messages.send(SessionMessage(message))
-            elif answer is not None:
-                try:
-                    await replies.send(SessionMessage(answer))
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    return  # the server has stopped
-            elif line.strip():
-                sys.stderr.write("moonmind mcp: dropped a notification holding a lone surrogate\n")

@@ -63,7 +63,7 @@ def _execute(op: str, args: dict, scope: dict | None = None, progress: Any = Non
     from moonmind_worker.celery.worker import serve_the_box
     from moonmind_worker.job_scope import JobScope, confine
     from moonmind_worker.observe.events import scope_override
-    from moonmind_worker.owner.client import execute
+    from moonmind_worker.owner.dispatch import execute
     from moonmind_worker.settings import get_settings
 
     job = None

@@ -14,10 +14,11 @@ import json
 import os
 import sys
 
+from ..entry import note, version  # noqa: F401 - the CLI modules take them from here
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, MoonmindError, has_surrogate
 
-#: Annotations only: `typing` costs ~3.5 ms of import on the thin client's path (owner/client.py),
-#: about 5% of a `rag search` served by the box's owner. mypy treats this constant like typing's.
+#: Annotations only: importing `typing` is a visible share of a `rag search` served by the box's
+#: owner, on the thin client's path (owner/client.py). mypy treats this constant like typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 #: Command modules; each has `register(groups)` that adds its sub-commands.
 COMMAND_MODULES = [
     "moonmind_worker.cli.rag",
+    "moonmind_worker.cli.navigate",
     "moonmind_worker.cli.worker",
     "moonmind_worker.cli.overlay",
     "moonmind_worker.cli.quality",
@@ -40,11 +42,13 @@ COMMAND_MODULES = [
 ]
 
 #: Which module registers each command, so a command builds only its own parser: building all of
-#: them (21 argparse parsers, 9 modules) cost ~15 ms of a ~60 ms `rag search` through the owner.
+#: them is a large share of a `rag search` through the owner (BENCHMARKS.md, "The warm owner by default").
 #: `tests/test_owner.py` checks this table against what the modules register.
 COMMANDS: dict[tuple[str, str], str] = {
     ("rag", "index"): "moonmind_worker.cli.rag",
     ("rag", "search"): "moonmind_worker.cli.rag",
+    ("rag", "related"): "moonmind_worker.cli.navigate",
+    ("rag", "symbols"): "moonmind_worker.cli.navigate",
     ("rag", "overlay"): "moonmind_worker.cli.overlay",
     ("rag", "eval"): "moonmind_worker.cli.quality",
     ("rag", "stats"): "moonmind_worker.cli.quality",
@@ -90,6 +94,12 @@ EXAMPLES: dict[str, str] = {
   moonmind rag search "retry with backoff" --top-k 3 --full       the whole pack, as a pipe gets it
   moonmind rag search "connection pool" --filters language=python --json
   moonmind rag search "cache ttl" --repo myrepo | pbcopy              piped: the context block to paste""",
+    "rag related": """\
+  moonmind rag related auth/tokens.py#L10-L40 --repo myrepo       code like these lines, the lines themselves left out
+  moonmind rag related auth/tokens.py#3 --top-k 5 --json          by chunk id (a pack item's chunk_id)""",
+    "rag symbols": """\
+  moonmind rag symbols verify_token --repo myrepo                 where it is defined: path#lines, kind, signature
+  moonmind rag symbols Router.handle --filters language=go --json""",
     "rag repos": """\
   moonmind rag repos
   moonmind rag repos --tenant acme --json""",
@@ -119,7 +129,7 @@ EXAMPLES: dict[str, str] = {
 
 class _Formatter(argparse.HelpFormatter):
     """argparse's formatter without `shutil`: every parser builds one, and importing shutil (for the
-    terminal width, which only help output needs) cost ~4 ms of each command's start."""
+    terminal width, which only help output needs) slows every command's start."""
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
         if width is None:
@@ -272,17 +282,6 @@ def _subparser(parser: argparse.ArgumentParser, names: list[str]) -> argparse.Ar
     return parser
 
 
-def version() -> str:
-    """The installed distribution's version (read only for --version: importlib.metadata costs ~10 ms)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version("moonmind-worker")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def print_error(err: MoonmindError, as_json: bool) -> None:
     from ..settings import get_settings
 
@@ -300,13 +299,6 @@ def print_error(err: MoonmindError, as_json: bool) -> None:
         sys.stderr.write(printable(f"error[{e['code']}]: {e['message']}\n  action: {e['action']}\n"))
 
 
-def note(message: str) -> None:
-    """Progress notes and hints go to stderr, never mixed into stdout output."""
-    from ..text.terminal import printable
-
-    sys.stderr.write(printable(f"note: {message}\n"))
-
-
 def write_atomic(path: str, data: str) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -317,13 +309,13 @@ def write_atomic(path: str, data: str) -> None:
 def run() -> None:
     """The `moonmind` console script: `main()`, then exit without interpreter teardown.
 
-    Why: tearing down the modules and the engine's objects of a one-shot command took ~40 ms
-    of a ~450 ms `rag search` here. Buffered store writes are flushed by `main` first.
+    Why: tearing down the modules and the engine's objects of a one-shot command is a sizeable
+    share of its wall time, spent for nothing. Buffered store writes are flushed by `main` first.
     """
     if sys.argv[1:3] == ["rag", "search"]:
         one_thread_blas()
         # One search leaves a few hundred objects in reference cycles, but a one-shot one imports
-        # enough (pydantic, the pipeline) to run the cyclic collector ~60 times: ~12 ms for nothing,
+        # enough (pydantic, the pipeline) to run the cyclic collector dozens of times, for nothing,
         # as the process ends right after. The thin client's path allocates too little to notice.
         import gc
 
@@ -347,8 +339,8 @@ BLAS_THREADS_SET = False
 def one_thread_blas() -> None:
     """One OpenBLAS thread for a `rag search` that ends up loading numpy here (one-shot, no owner).
 
-    Why: OpenBLAS starts a thread per core when numpy is imported, which cost ~50 ms of a
-    one-shot search on 2 cores; the one query it embeds is far too small to use them. A value
+    Why: OpenBLAS starts a thread per core when numpy is imported, which slows a one-shot
+    search; the one query it embeds is far too small to use them. A value
     the caller set is kept, and an owner this process starts does not inherit ours (`owner.client`).
     """
     global BLAS_THREADS_SET

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..entry import default_root
 from ..errors import MoonmindError
 from ..text.terminal import printable
 from .rag import add_execution_arguments, execution_mode, expect_keys, print_task_id, queue_timeout, run_queued
@@ -49,15 +50,6 @@ def register(groups: dict) -> None:
     ls.set_defaults(_handler=cmd_list)
 
 
-def default_root(start: Path | None = None) -> Path:
-    """The enclosing git work tree (paths are stored relative to it, like the index), else the current directory."""
-    here = (start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / ".git").exists():
-            return d
-    return here
-
-
 def cmd_upsert(args: argparse.Namespace) -> int:
     from ..settings import get_settings
 
@@ -72,7 +64,7 @@ def cmd_upsert(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..owner.client import execute
+    from ..owner.dispatch import execute
 
     # validated where it runs (owner or here, `owner.ops.overlay_upsert`), before anything is written
     request = {
@@ -148,7 +140,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
         if args.no_wait:
             raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.",
                                 "Add --execution queue or drop --no-wait.")
-        from ..owner.client import execute
+        from ..owner.dispatch import execute
 
         removed = int(execute(settings, "overlay_clean", {"run_id": run_id, "expired": args.expired})["removed"])
     what = "expired overlay points" if args.expired else f"overlay points of run {run_id}"
@@ -160,7 +152,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from ..owner.client import execute
+    from ..owner.dispatch import execute
     from ..settings import get_settings
     from .main import note
 

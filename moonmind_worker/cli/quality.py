@@ -39,7 +39,7 @@ def register(groups: dict) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ..contracts import TOP_K_MAX, TOP_K_MIN
-    from ..owner.client import execute
+    from ..owner.dispatch import execute
     from ..retrieval.evaluation import format_report, load_queries, run_eval
     from ..settings import get_settings
 
@@ -71,7 +71,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from ..owner.client import execute
+    from ..owner.dispatch import execute
     from ..settings import get_settings
 
     settings = get_settings()
@@ -88,7 +88,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_repos(args: argparse.Namespace) -> int:
-    from ..owner.client import execute
+    from ..owner.dispatch import execute
     from ..settings import get_settings
 
     settings = get_settings()

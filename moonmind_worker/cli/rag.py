@@ -20,11 +20,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..entry import JOB_CEILING, expect_keys, refuse_widening, search_request  # noqa: F401 - re-exported
 from ..errors import MoonmindError
 from ..text.terminal import printable
 from ..transports.queue import PACK_KEYS  # noqa: F401 - ContextPack keys the CLI relies on (tests keep them within the contract)
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -41,6 +42,9 @@ def register(groups: dict) -> None:
     p.add_argument("--tenant", default=None, help="tenant (default: MOONMIND_TENANT or 'default')")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--force", action="store_true", help="index PATH even when it is / or your home directory (refused otherwise)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="say what would be indexed (files, skips, chunks, bytes), how long it would take and what a hosted "
+                        "model would cost; writes nothing")
     add_execution_arguments(p, write=True)
     p.set_defaults(_handler=cmd_index)
 
@@ -100,11 +104,18 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("query_text", nargs="?", default=None, metavar="QUERY", help="what to look for (natural language or identifiers)")
     p.add_argument("--query", "-q", default=None, help="the query, as a flag (same as QUERY)")
     p.add_argument("--top-k", type=int, default=None, help="number of items, 1-50 (default RAG_SIMILARITY_TOP_K=8)")
-    p.add_argument("--filters", nargs="+", default=[], metavar="KEY=VALUE", help="payload filters: repo, tenant, run_id, path, language")
+    p.add_argument("--filters", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="payload filters: repo, tenant, run_id, path, language, resource_type (code, docs, config)")
     p.add_argument("--repo", default=None, help="same as --filters repo=NAME (the flag `rag index` takes)")
     p.add_argument("--score-threshold", type=float, default=None, help="minimum score in [0, 1]")
     p.add_argument("--overlay", choices=["include", "skip"], default="include", help="merge this run's workspace overlay")
     p.add_argument("--budget", nargs="+", default=[], metavar="KEY=VALUE", help="tokens=N latency_ms=M")
+    p.add_argument("--max-lines", type=int, default=None, metavar="N",
+                   help="cut each hit to the N lines that hold the most query terms (its first N when none)")
+    p.add_argument("--locations-only", action="store_true",
+                   help="citations only (path#lines, score, symbol), no text: the smallest answer")
+    p.add_argument("--cursor", default=None, metavar="CURSOR",
+                   help="the next page of the same search: the previous pack's next_cursor (same query and filters)")
     p.add_argument("--json", action="store_true", help="print the full ContextPack JSON on stdout")
     p.add_argument("--output-file", default=None, help="also write the ContextPack JSON to this file")
     view = p.add_mutually_exclusive_group()
@@ -145,26 +156,6 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
-#: Inside a job (MOONMIND_JOB_ID set by `job start`), these exported scope fields are a ceiling.
-JOB_CEILING = ("tenant", "run_id")
-
-
-def refuse_widening(asked: dict[str, str], settings: Any) -> None:
-    """A job's tenant and run are a ceiling its CLI calls cannot widen (spec 01 FR-006), on every transport.
-
-    Why: the job's environment is what the control plane scoped it to; a `--filters tenant=other`
-    (a typo, or an agent told to by retrieved text) must not read another tenant's chunks or
-    another run's uncommitted edits. The repository stays a default: a tenant's repositories
-    are shared within it. This guards the CLI; a worker that runs untrusted code gets no direct
-    store access at all and uses the gateway with a scoped token (docs/celery.md, "Trust model").
-    The rule is `job_scope.within`, which every operation applies again where it runs.
-    """
-    from ..job_scope import within
-
-    for key in JOB_CEILING:
-        within(settings, key, asked.get(key), "the filter")
-
-
 def query_request(args: argparse.Namespace) -> dict[str, Any]:
     """The RetrievalQuery fields the flags describe, not yet validated; scope defaults come from the job's environment."""
     budgets = parse_pairs(args.budget, "budget")
@@ -184,6 +175,8 @@ def query_request(args: argparse.Namespace) -> dict[str, Any]:
     return search_request(
         query_text(args), top_k=args.top_k, filters=filters, overlay=args.overlay,
         score_threshold=args.score_threshold, budgets={k: int(v) for k, v in budgets.items()},
+        max_lines=getattr(args, "max_lines", None), locations_only=getattr(args, "locations_only", False),
+        cursor=getattr(args, "cursor", None),
     )
 
 
@@ -200,39 +193,6 @@ def query_text(args: argparse.Namespace) -> str:
             "invalid_argument", "No query given.", 'Pass it: moonmind rag search "what you are looking for" (or --query TEXT).',
         )
     return positional if positional is not None else flag
-
-
-def search_request(
-    query: Any, *, top_k: Any = None, filters: dict[str, Any] | None = None, overlay: Any = "include",
-    score_threshold: Any = None, budgets: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """RetrievalQuery fields from a caller's values (the CLI's flags, an MCP tool's arguments), not yet validated.
-
-    Why one function: every entry point scopes a search the same way, to the job's
-    MOONMIND_REPO, MOONMIND_TENANT and MOONMIND_RUN_ID when set, which the caller's own
-    filters override. With no tenant set a search sees every tenant the caller may read,
-    so it finds what `rag index` and `rag overlay upsert` wrote under `default`.
-    """
-    from ..settings import get_settings
-
-    settings = get_settings()
-    scoped: dict[str, Any] = {}
-    for key, value in (("repo", settings.repo), ("tenant", settings.tenant), ("run_id", settings.run_id)):
-        if value:
-            scoped[key] = value
-    if settings.job_id:
-        refuse_widening(filters or {}, settings)
-    scoped.update(filters or {})
-    data: dict[str, Any] = {
-        "query": query,
-        "top_k": top_k,
-        "filters": scoped,
-        "overlay_policy": overlay,
-        "score_threshold": score_threshold,
-    }
-    if budgets:
-        data["budgets"] = dict(budgets)
-    return data
 
 
 def print_pack(pack: dict[str, Any], args: argparse.Namespace) -> int:
@@ -257,16 +217,6 @@ def print_pack(pack: dict[str, Any], args: argparse.Namespace) -> int:
         sys.stdout.write(pack["context_text"])
     sys.stdout.flush()
     return 0
-
-
-def expect_keys(data: Any, keys: tuple[str, ...], what: str) -> dict[str, Any]:
-    """`data` if it is a dict with `keys`: the cheap CLI/worker version check (the worker validated the contract)."""
-    if not isinstance(data, dict) or any(k not in data for k in keys):
-        raise MoonmindError(
-            "internal_error", f"The worker returned something that is not {what}.",
-            "Check that the worker runs the same moonmind-worker version as this CLI.",
-        )
-    return data
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -361,12 +311,34 @@ def print_index_report(report: dict[str, Any], args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index_dry_run(args: argparse.Namespace, settings: Any, tenant: str) -> int:
+    """`rag index --dry-run`: in this process (it reads the tree here), no store, no owner, nothing written."""
+    import json
+
+    from ..indexing.dry_run import dry_run, summary_lines
+
+    if args.execution == "queue" or args.no_wait:
+        raise MoonmindError("invalid_argument", "--dry-run reads the tree in this process; it does not go to a worker.",
+                            "Drop --execution queue and --no-wait.")
+    root = Path(args.path)
+    if not root.is_dir():
+        raise MoonmindError("invalid_argument", f"{args.path} is not a directory.", "Pass the root of the repository to index.")
+    report = dry_run(root, settings, repo=args.repo, tenant=tenant)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write("".join(printable(line) + "\n" for line in summary_lines(report)))
+    return 0
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from ..settings import get_settings
 
     settings = get_settings()
     tenant = args.tenant or settings.scope_tenant
     refuse_broad_root(Path(args.path), args.force)
+    if getattr(args, "dry_run", False):
+        return cmd_index_dry_run(args, settings, tenant)
     if execution_mode(args) == "queue":
         from ..transports.queue_client import INDEX
 
@@ -391,7 +363,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..owner.client import execute
+    from ..owner.dispatch import execute
 
     root = Path(args.path)
     if not root.is_dir():

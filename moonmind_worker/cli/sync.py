@@ -22,7 +22,7 @@ def register(groups: dict) -> None:
 
 
 def cmd_sync_embedding(args: argparse.Namespace) -> int:
-    from ..owner.client import execute
+    from ..owner.dispatch import execute
     from ..settings import get_settings
     from .progress import reporter
 

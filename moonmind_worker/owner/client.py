@@ -18,7 +18,7 @@ imports no numpy, pydantic, qdrant, celery or fastapi.
 
 from __future__ import annotations
 
-import _socket  # the C module under `socket`: the Python wrapper pulls in enum and selectors, ~5 ms of a ~60 ms call
+import _socket  # the C module under `socket`: the Python wrapper pulls in enum and selectors, a visible share of a call
 import os
 import sys
 import time
@@ -27,7 +27,7 @@ from pathlib import Path
 from ..errors import MoonmindError
 from . import protocol, trust
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     from typing import Any, Callable
 
@@ -222,47 +222,6 @@ def find(settings: Any, collection: str | None = None, *, start: bool = True, cr
     if owner is None and start and settings.owner_mode == "auto" and (creates or os.path.lexists(settings.data_dir / name)):
         owner = start_background_owner(settings, name)
     return owner
-
-
-#: How many owners one operation tries when each goes away before answering (a hand-over, a crash).
-ATTEMPTS = 3
-#: The operations that may create the store (ops.WRITES, named here: the thin client does not import ops).
-CREATES = frozenset({"index", "overlay_upsert", "overlay_clean", "sync_embedding"})
-
-
-def execute(
-    settings: Any, op: str, args: dict[str, Any], *, collection: str | None = None,
-    progress: Progress | None = None, timeout_s: float | None = None, start_owner: bool = True,
-) -> Any:
-    """Run `op` on the box's owner when one is alive, else in this process (`ops.run`).
-
-    The answer is the same JSON either way, so a command prints it the same way. An owner that
-    goes away before answering (it handed the store over, or died) is replaced by the next one:
-    every operation is idempotent, so it is sent again. `start_owner=False`: an operation that
-    does not need the store (enqueueing a Celery task) uses a live owner but never starts one.
-    """
-    gone = None
-    for _ in range(ATTEMPTS):
-        owner = find(settings, collection, start=start_owner, creates=op in CREATES)
-        if owner is None:
-            break
-        pid = owner.pid
-        try:
-            return owner.call(op, args, scope=scope_of(settings), settings=settings.wire(), progress=progress,
-                              timeout_s=timeout_s)
-        except OwnerGone:
-            gone = pid
-    if gone is not None:
-        from ..cli.main import note
-
-        note(f"the store's owner (PID {gone}) went away during {op}; running it in this process instead")
-    from .. import runtime
-    from .ops import run
-
-    try:
-        return run(op, args, settings, progress=progress)
-    finally:
-        runtime.let_go_unless_serving()
 
 
 #: The owner's log is started afresh past this size (the previous one kept as owner.log.1).

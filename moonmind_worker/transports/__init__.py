@@ -11,14 +11,14 @@ through one function. Selection and fallback live here, once:
 * ``queue`` (`queue.py`) — a Celery worker runs it (``--execution queue``);
 * ``local`` (`local.py`) — this box: the warm owner of the embedded store when one is
   alive, else this process one-shot; an owner that dies mid-request falls back to
-  one-shot with a note (`owner.client.execute`).
+  one-shot with a note (`owner.dispatch.execute`).
 """
 
 from __future__ import annotations
 
 from ..errors import MoonmindError
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     from typing import Any, Protocol
 
@@ -64,8 +64,39 @@ def search(
 
         if err.code not in FALLBACK_CODES or (fallback or settings.retrieval_fallback) != "direct" or not local_available(settings):
             raise
-        from ..cli.main import note
+        from ..entry import note
 
         note(redact(f"the RetrievalGateway failed ({err.code}: {err.message}); falling back to direct retrieval "
                     "(--no-fallback to disable)", settings.secrets()))
         return LocalTransport(settings).search(request, timeout_s=timeout_s)
+
+
+def navigate(
+    op: str, request: dict[str, Any], *, settings: Any, transport: str = "auto", fallback: str | None = None,
+) -> dict[str, Any]:
+    """`related` or `symbols` (RetrievalQuery fields) over the gateway or this box, with search's fallback rule.
+
+    No queue transport: both are one payload read and one store request, done before a task could be sent.
+    """
+    if transport == "auto":
+        transport = "gateway" if settings.retrieval_url else "direct"
+    from .local import LocalTransport
+
+    if transport != "gateway":
+        return LocalTransport(settings).navigate(op, request)
+    from .gateway import GatewayTransport
+
+    try:
+        return GatewayTransport(settings).navigate(op, request)
+    except MoonmindError as err:
+        from ..errors import redact
+        from .gateway import FALLBACK_CODES
+        from .local import local_available
+
+        if err.code not in FALLBACK_CODES or (fallback or settings.retrieval_fallback) != "direct" or not local_available(settings):
+            raise
+        from ..entry import note
+
+        note(redact(f"the RetrievalGateway failed ({err.code}: {err.message}); falling back to direct retrieval "
+                    "(--no-fallback to disable)", settings.secrets()))
+        return LocalTransport(settings).navigate(op, request)

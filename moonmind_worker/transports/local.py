@@ -6,7 +6,7 @@ same; through the owner, this process imports nothing but the standard library.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -21,7 +21,7 @@ class LocalTransport:
         self.settings = settings
 
     def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-        from ..owner.client import execute
+        from ..owner.dispatch import execute
 
         # the caller's own RAG_SIMILARITY_TOP_K / RAG_SCORE_THRESHOLD, not the owner's: a job's environment
         # decides its searches' defaults whichever process runs them (one-shot reads the same values)
@@ -33,6 +33,15 @@ class LocalTransport:
         if timeout_s is None and budgets.get("latency_ms"):
             timeout_s = budgets["latency_ms"] / 1000 + GRACE_S
         return execute(self.settings, "search", {"query": request}, timeout_s=timeout_s)
+
+
+    def navigate(self, op: str, request: dict[str, Any]) -> dict[str, Any]:
+        """`related` / `symbols` (owner/ops.py) with the caller's own RAG_SIMILARITY_TOP_K, as a search has."""
+        from ..owner.dispatch import execute
+
+        if request.get("top_k") is None and "top_k" in self.settings.model_fields_set:
+            request = {**request, "top_k": self.settings.top_k}
+        return execute(self.settings, op, {"query": request})
 
 
 def local_available(settings: Any) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -17,7 +17,7 @@ class QueueTransport:
         self.settings = settings
 
     def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-        from ..cli.rag import expect_keys
+        from ..entry import expect_keys
         from .queue_client import SEARCH
 
         s = self.settings
@@ -32,7 +32,7 @@ def enqueue(task: str, kwargs: dict[str, Any], *, queue: str, timeout_s: float |
             settings: Any = None, progress: Any = None) -> Any:
     """`queue_client.run_task` run by the box's warm owner when one is up (Celery loaded, connections open),
     else in this process; with the caller's broker settings either way."""
-    from ..owner.client import execute
+    from ..owner.dispatch import execute
 
     if settings is None:
         from ..settings import get_settings

@@ -17,11 +17,7 @@ from typing import Any
 from ..errors import MoonmindError, redact
 
 #: Stable task names (the `tasks` package registers exactly these).
-SEARCH = "moonmind.rag.search"
-INDEX = "moonmind.rag.index"
-OVERLAY_UPSERT = "moonmind.rag.overlay_upsert"
-OVERLAY_CLEAN = "moonmind.rag.overlay_clean"
-SWEEP = "moonmind.rag.sweep_expired_overlays"
+from ..task_names import INDEX, OVERLAY_CLEAN, OVERLAY_UPSERT, SEARCH, SWEEP  # noqa: F401 - the names clients send
 
 CONSUMERS_KEY = "moonmind:consumers:{queue}"
 
@@ -137,7 +133,7 @@ def run_task(
         raise MoonmindError(
             "worker_unavailable",
             f"No worker is consuming the queue {queue!r}.",
-            f"Start one: `celery -A tasks worker -Q {queue}` (or `-B` for one box), or use --execution sync.",
+            f"Start one: `celery -A moonmind_worker.celery worker -Q {queue}` (or `-B` for one box), or use --execution sync.",
             queue=queue,
         )
     if wait:

@@ -182,7 +182,7 @@ OPS_WIDEN = {
 
 @pytest.mark.parametrize("op", list(OPS_WIDEN))
 def test_an_operation_requested_without_the_cli_is_confined_where_it_runs(world, via, op):
-    from moonmind_worker.owner.client import execute
+    from moonmind_worker.owner.dispatch import execute
     from moonmind_worker.settings import Settings
 
     settings = Settings(_env_file=None, _environ=False, moonmind_home=str(world.home), owner_mode="use",
