@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,12 +31,14 @@ _SCRUB = (
     "MOONMIND_SEARCH_QUEUE", "MOONMIND_INDEX_QUEUE", "MOONMIND_QUEUE_TIMEOUT_S", "MOONMIND_JOB_TASKS",
     "MOONMIND_BROKER_VISIBILITY_TIMEOUT_S", "MOONMIND_OVERLAY_SWEEP_INTERVAL_S", "STATSD_HOST", "STATSD_PORT",
     "MOONMIND_RAG_EXECUTION", "MOONMIND_ARTIFACTS_DIR", "MOONMIND_OWNER_IDLE_S", "MOONMIND_OWNER_MAX_RSS_MB",
-    "MOONMIND_ROOT",
+    "MOONMIND_ROOT", "COHERE_API_KEY", "COHERE_BASE_URL",
 )
 #: Tests use an owner a test started (a worker, a gateway, `moonmind serve`) but never start one
 #: by themselves, unless they say so (tests/test_owner_default.py): the default, a background owner
 #: per MOONMIND_HOME, would outlive the test and hold the store its in-process checks open.
-OWNER_USE = {"MOONMIND_OWNER": "use"}
+#: Nor does an owner watch the trees it indexed unless the test says so (tests/test_freshness.py): a test
+#: that edits a file and runs `rag index` beside an owner counts what that run re-indexes.
+OWNER_USE = {"MOONMIND_OWNER": "use", "MOONMIND_WATCH": "off"}
 os.environ.update(OWNER_USE)  # every environment a test builds from this process's carries it
 
 FIXTURE_FILES = {
@@ -128,6 +131,17 @@ def write_tree(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
+#: When this session started, for the wall time the summary prints.
+_SESSION_STARTED = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The session's wall time beside the box's load, so a time is never read without what else ran."""
+    one, five, fifteen = os.getloadavg()
+    terminalreporter.write_line(f"wall {time.monotonic() - _SESSION_STARTED:.1f} s on {os.cpu_count()} cores, "
+                                f"load average {one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min)")
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     h = tmp_path / "mmhome"
@@ -174,6 +188,14 @@ def cli(env: dict[str, str], tmp_path: Path):
         return Result(p.returncode, p.stdout, p.stderr)
 
     return run
+
+
+@pytest.fixture
+def invoke(env: dict[str, str], tmp_path: Path):
+    """The CLI in this process (tests/cli_runner.py): `cli`'s arguments and Result, without a subprocess."""
+    from cli_runner import CliRunner
+
+    return CliRunner(env, tmp_path).invoke
 
 
 @pytest.fixture

@@ -90,7 +90,8 @@ class EmbeddingsServer:
         self._httpd = _Server(("127.0.0.1", port), Handler)
         self.port = self._httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # shutdown() waits up to one poll interval: a short one keeps every test's teardown short
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
 
     @property
@@ -169,7 +170,7 @@ class StatusServer:
         self._httpd = _Server(("127.0.0.1", 0), Handler)
         self.port = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def close(self) -> None:
         self._httpd.shutdown()

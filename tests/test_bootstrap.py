@@ -118,9 +118,9 @@ def test_a_healthy_gateway_resolves_to_the_gateway_capability(cli, env, tmp_path
     assert bus("rag_capability_resolved")["rag_capability_resolved"]["capability"] == "gateway"
 
 
-def test_no_retrieval_leaves_the_capability_absent_with_the_reason(cli, env, tmp_path, bus):
+def test_no_retrieval_leaves_the_capability_absent_with_the_reason(invoke, env, tmp_path, bus):
     path = manifest(tmp_path, capabilities={"git": True})
-    r = cli("job", "start", "--manifest", path, extra_env=job_env(env))
+    r = invoke("job", "start", "--manifest", path, extra_env=job_env(env))
     assert r.code == 0 and r.stdout == ""
     assert "RAG unavailable" in r.stderr and "rag index" in r.stderr
     m = json.loads(open(path).read())
@@ -228,10 +228,10 @@ def test_job_start_says_rag_is_not_available_for_a_repository_that_was_never_ind
     assert BANNER not in r.stdout
 
 
-def test_a_bad_manifest_is_a_clear_usage_error(cli, env, tmp_path):
+def test_a_bad_manifest_is_a_clear_usage_error(invoke, env, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    r = cli("job", "start", "--manifest", str(bad))
+    r = invoke("job", "start", "--manifest", str(bad))
     assert r.code == 2 and r.stdout == "" and "not valid JSON" in r.stderr
 
 

@@ -35,8 +35,8 @@ def test_the_query_may_be_positional_and_gives_the_same_pack_as_the_flag(indexed
     assert [i["chunk_hash"] for i in positional.json()["items"]] == [i["chunk_hash"] for i in flag.json()["items"]]
 
 
-def test_a_query_given_both_ways_is_a_usage_error(cli):
-    r = cli("rag", "search", "one", "--query", "two", "--json")
+def test_a_query_given_both_ways_is_a_usage_error(invoke):
+    r = invoke("rag", "search", "one", "--query", "two", "--json")
     assert r.code == 2 and r.stdout == ""
     assert r.error()["code"] == "invalid_argument" and "twice" in r.error()["message"]
 
@@ -85,7 +85,7 @@ def test_a_gateway_token_defaults_to_the_tenant_rag_index_wrote(cli, repo, env, 
 
 
 
-def test_a_query_written_after_filters_gets_told_to_put_it_first(cli):
-    r = cli("rag", "search", "--filters", "repo=demo", "bearer token", "--json")
+def test_a_query_written_after_filters_gets_told_to_put_it_first(invoke):
+    r = invoke("rag", "search", "--filters", "repo=demo", "bearer token", "--json")
     assert r.code == 2 and r.error()["code"] == "invalid_query"
     assert "the query goes before --filters" in r.error()["action"]

@@ -49,10 +49,10 @@ def test_every_moonmind_and_celery_command_names_a_real_entry_point(compose):
                 assert getattr(args, "_handler", None) is not None, f"{name}: {argv} is not a command"
                 checked += 1
             elif argv[0] == "celery":
-                assert argv[1:3] == ["-A", "tasks"] and argv[3] in ("worker", "beat"), argv
-                import tasks
+                assert argv[1:3] == ["-A", "moonmind_worker.celery"] and argv[3] in ("worker", "beat"), argv
+                import moonmind_worker.celery
 
-                assert tasks.app.main == "moonmind"
+                assert moonmind_worker.celery.app.main == "moonmind"
                 from celery.bin.celery import celery as celery_cli
 
                 assert argv[3] in celery_cli.commands
@@ -269,7 +269,7 @@ def test_the_beat_healthcheck_is_green_while_beat_sends_the_sweep_and_red_once_i
         return subprocess.run(argv, env=beat_env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
 
     log = tmp_path / "beat.log"
-    beat = subprocess.Popen([CELERY, "-A", "tasks", "beat", "-l", "INFO", "--schedule", str(schedule)], cwd=ROOT,
+    beat = subprocess.Popen([CELERY, "-A", "moonmind_worker.celery", "beat", "-l", "INFO", "--schedule", str(schedule)], cwd=ROOT,
                             env=beat_env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
@@ -279,7 +279,9 @@ def test_the_beat_healthcheck_is_green_while_beat_sends_the_sweep_and_red_once_i
     finally:
         stop(beat)
         purge(sq, iq)
-    time.sleep(4)  # > 3 x the interval since beat last sent the sweep
-    stale = healthcheck()
+    deadline = time.monotonic() + 60
+    while (stale := healthcheck()).returncode == 0:  # until over 3 x the interval has passed since beat last sent the sweep
+        assert time.monotonic() < deadline, "the healthcheck never saw the stopped beat as stale"
+        time.sleep(0.2)
     assert any(schedule.parent.glob("celerybeat-schedule*"))  # the file is still there
     assert stale.returncode == 1 and "last scheduled the overlay sweep" in stale.stderr, stale

@@ -31,7 +31,8 @@ CANDIDATES: dict[str, list] = {
     "top_k": [None, 1, 8, 50, 0, 51, -1, 5.0, 5.5, True, "5"],
     "filters": [
         {}, {"repo": "r"}, {"repo": " r ", "tenant": "t"}, {"repo": ""}, {"repo": "  "}, {"repo": None},
-        {"path": "a/b.py", "language": "python", "run_id": "run-1"}, {"nokey": "x"}, {"repo": 5}, {"repo": "\udc80"},
+        {"path": "a/b.py", "language": "python", "run_id": "run-1"}, {"resource_type": " docs "},
+        {"nokey": "x"}, {"repo": 5}, {"repo": "\udc80"}, {"resource_type": "doc"}, {"resource_type": "Code"},
         None, "repo=x", [("repo", "r")],
     ],
     "overlay_policy": ["include", "skip", "other", None, 1],
@@ -41,9 +42,13 @@ CANDIDATES: dict[str, list] = {
         {"tokens": True}, {"tokens": 5.0}, {"tokens": "5"}, {"other": 1}, "tokens=5",
     ],
     "score_threshold": [None, 0.0, 1.0, 0.5, -0.0, -0.1, 1.1, float("nan"), 1, True, "0.5"],
+    "cursor": [None, "p1.abc", "", "x" * 200, "x" * 201, 5, True, ["p1.abc"]],
+    "max_lines": [None, 1, 10, 0, -1, 5.0, 5.5, True, "5"],
+    "locations_only": [False, True, None, 0, 1, "true"],
 }
 #: How many of each field's candidates (the first ones) are plainly valid.
-PLAIN = {"query": 4, "top_k": 4, "filters": 7, "overlay_policy": 2, "transport": 2, "budgets": 5, "score_threshold": 5}
+PLAIN = {"query": 4, "top_k": 4, "filters": 8, "overlay_policy": 2, "transport": 2, "budgets": 5, "score_threshold": 5,
+         "cursor": 4, "max_lines": 3, "locations_only": 2}
 #: Missing from the request altogether (the field's default applies).
 ABSENT = object()
 
@@ -62,7 +67,7 @@ def _requests() -> list[dict]:
                 r[field] = v
             out.append(r)
     rng = random.Random(20)
-    for _ in range(1000):  # plainly valid values only
+    for _ in range(1500):  # plainly valid values only (both answer shapes at once is the one rejection among them)
         out.append({field: rng.choice(values[:PLAIN[field]]) for field, values in CANDIDATES.items() if rng.random() < 0.8}
                    | {"query": rng.choice(CANDIDATES["query"][:PLAIN["query"]])})
     for _ in range(3000):
@@ -140,12 +145,18 @@ def test_the_fast_path_knows_the_contracts_fields_and_rules():
             "budgets": "annotation=Union[Budgets, NoneType] required=False default=None",
             "score_threshold": "annotation=Union[float, NoneType] required=False default=None "
                                "metadata=[Strict(strict=True), Ge(ge=0.0), Le(le=1.0)]",
+            "cursor": "annotation=Union[str, NoneType] required=False default=None "
+                      "metadata=[Strict(strict=True), MaxLen(max_length=200)]",
+            "max_lines": "annotation=Union[int, NoneType] required=False default=None metadata=[Strict(strict=True), Ge(ge=1)]",
+            "locations_only": "annotation=bool required=False default=False metadata=[Strict(strict=True)]",
         },
-        "validators": [("_non_empty", ("query",), "after"), ("_whole", ("top_k",), "before")],
+        "validators": [("_non_empty", ("query",), "after"), ("_whole", ("top_k",), "before"),
+                       ("_whole_lines", ("max_lines",), "before")],
         "config": {"defer_build": True, "extra": "forbid"},
     }
     assert rules(Filters) == {
-        "fields": {k: "annotation=Union[str, NoneType] required=False default=None" for k in contracts.FILTER_KEYS},
+        "fields": {**{k: "annotation=Union[str, NoneType] required=False default=None" for k in contracts.FILTER_KEYS},
+                   "resource_type": "annotation=Union[Literal['code', 'docs', 'config'], NoneType] required=False default=None"},
         "validators": [("_blank_is_unset", ("*",), "before")],
         "config": {"defer_build": True, "extra": "forbid"},
     }

@@ -1,8 +1,8 @@
 """What the code relies on inside its dependencies, checked against the installed versions.
 
-pyproject.toml pins celery, kombu, qdrant-edge-py, uvicorn and pathspec below their next minor release; when
-a pin is raised, these tests say whether what the code uses is still there before anything else
-breaks in a subtler way.
+pyproject.toml pins celery, kombu, qdrant-edge-py, uvicorn and pathspec below their next minor release
+(watchfiles below its next major); when a pin is raised, these tests say whether what the code uses is
+still there before anything else breaks in a subtler way. uvicorn's private surface has its own canary, test_uvicorn_adapter.py.
 """
 
 from __future__ import annotations
@@ -25,16 +25,6 @@ def test_kombu_counts_a_queues_consumers_with_a_passive_declare():
     assert "passive" in inspect.signature(Channel.queue_declare).parameters
 
 
-def test_uvicorn_still_has_the_protocol_and_supervisor_the_gateway_subclasses():
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    from uvicorn.supervisors import Multiprocess
-
-    for hook in ("connection_made", "connection_lost", "on_message_begin", "on_message_complete", "send_400_response"):
-        assert callable(getattr(HttpToolsProtocol, hook, None)), hook
-    assert list(inspect.signature(HttpToolsProtocol.__init__).parameters)[1:4] == ["config", "server_state", "app_state"]
-    assert callable(getattr(Multiprocess, "handle_hup", None))
-
-
 def test_qdrant_edge_still_exports_every_name_the_store_uses():
     import qdrant_edge
 
@@ -52,3 +42,12 @@ def test_pathspec_still_translates_a_name_segment_through_the_hook_the_bounded_p
     hook = inspect.getattr_static(GitIgnoreSpecPattern, "_translate_segment_glob")
     assert isinstance(hook, staticmethod)
     assert list(inspect.signature(GitIgnoreSpecPattern._translate_segment_glob).parameters) == ["pattern", "range_error"]
+
+
+def test_watchfiles_still_takes_the_keywords_and_reports_the_changes_the_owners_watcher_uses():
+    import watchfiles
+
+    used = ("watch_filter", "debounce", "step", "stop_event", "rust_timeout", "raise_interrupt", "ignore_permission_denied")
+    params = inspect.signature(watchfiles.watch).parameters
+    assert [name for name in used if name not in params] == []
+    assert {c.name for c in watchfiles.Change} >= {"added", "modified", "deleted"}

@@ -32,7 +32,7 @@ def test_doctor_passes_on_a_healthy_embedded_setup(cli, prebuilt):
     lines = _lines(r.stdout)
     for name in ("embedding", "qdrant", "collection", "dimension", "model", "schema", "query"):
         assert lines[name].startswith("✓"), r.stdout
-    assert "moonmind-static-minilm-256" in lines["embedding"]
+    assert "moonmind-static-code-256" in lines["embedding"]
     assert "256 dims" in lines["embedding"]
     assert "test query returned 1 item" in lines["query"]
     assert r.stdout.rstrip().endswith("retrieval: usable")
@@ -50,8 +50,8 @@ def test_doctor_json_is_the_same_checklist(cli, prebuilt):
     assert all(set(c) >= {"name", "ok", "detail", "remedy"} for c in data["checks"])
 
 
-def test_doctor_fails_with_index_remedy_when_the_collection_is_missing(cli):
-    r = cli("worker", "doctor", "--json")
+def test_doctor_fails_with_index_remedy_when_the_collection_is_missing(invoke):
+    r = invoke("worker", "doctor", "--json")
     assert r.code == 3
     data = r.json()
     assert data["ok"] is False
@@ -79,7 +79,7 @@ def test_doctor_reports_dimension_and_model_drift_with_the_sync_remedy(cli, preb
     assert lines["dimension"].startswith("✗")
     assert "Collection moonmind__repo expects dim=256 but local-embed-512 outputs 512." in lines["dimension"]
     assert "remedy: Run moonmind rag sync-embedding --collection moonmind__repo" in r.stdout
-    assert lines["model"].startswith("✗") and "moonmind-static-minilm-256" in lines["model"]
+    assert lines["model"].startswith("✗") and "moonmind-static-code-256" in lines["model"]
     assert "query" not in lines  # no query against a collection it cannot read
 
 
@@ -184,27 +184,20 @@ def test_run_checks_is_the_python_api_the_bootstrap_hook_uses(env, prebuilt):
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["redis", "amqp"])
 def test_a_broker_that_accepts_and_never_answers_cannot_hang_doctor_or_job_start(cli, prebuilt, tmp_path, scheme):
-    import time
-
     from http_servers import SilentServer
 
     silent = SilentServer()
     url = f"redis://127.0.0.1:{silent.port}/0" if scheme == "redis" else f"amqp://guest:guest@127.0.0.1:{silent.port}//"
-    try:
-        started = time.monotonic()
-        r = cli("worker", "doctor", "--json", extra_env={"CELERY_BROKER_URL": url}, timeout=60)
-        doctor_s = time.monotonic() - started
+    try:  # each command must end on its own broker timeout: a hang raises TimeoutExpired here
+        r = cli("worker", "doctor", "--json", extra_env={"CELERY_BROKER_URL": url}, timeout=20)
         manifest = tmp_path / "m.json"
         manifest.write_text(json.dumps({"job_id": "j", "run_id": "r", "repo": "demo", "tenant": "acme"}))
-        started = time.monotonic()
-        start = cli("job", "start", "--manifest", str(manifest), extra_env={"CELERY_BROKER_URL": url}, timeout=60)
-        start_s = time.monotonic() - started
+        start = cli("job", "start", "--manifest", str(manifest), extra_env={"CELERY_BROKER_URL": url}, timeout=20)
     finally:
         silent.close()
     assert r.code == 0, r.stdout  # the broker is optional: retrieval itself is usable
     broker = {c["name"]: c for c in r.json()["checks"]}["broker"]
     assert broker["ok"] is False and str(silent.port) in broker["detail"]
-    assert doctor_s < 20 and start_s < 20, (doctor_s, start_s)
     assert start.code == 0 and json.loads(manifest.read_text())["rag"]["available"] is True
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from moonmind_worker.embedding import StaticEmbedder, split_identifiers
 
@@ -31,6 +32,7 @@ def _texts() -> list[str]:
     return questions + lines[:1500] + noise
 
 
+@pytest.mark.slow
 def test_the_numpy_free_query_vector_is_bit_for_bit_the_numpy_one():
     from moonmind_worker.embedding import STATIC_MODEL_DIR
     from moonmind_worker.embedding.static_query import StaticQueryModel
@@ -112,6 +114,7 @@ def test_a_one_shot_search_process_does_not_import_the_token_cache():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_document_vectors_are_bit_for_bit_those_of_the_tokenizer_and_a_sorted_unique():
     """The cached ids and the vocabulary table give the vectors `np.unique` over `tokenizers`' ids gave."""
     e = StaticEmbedder()
@@ -137,6 +140,7 @@ def test_document_vectors_are_bit_for_bit_those_of_the_tokenizer_and_a_sorted_un
     assert (np.vstack(rows_out) / norms).astype(np.float32).tobytes() == e.embed_documents(texts).tobytes()
 
 
+@pytest.mark.slow
 def test_threads_embedding_at_once_get_the_vectors_one_thread_gets():
     """A served model embeds on several threads: the shared token caches must not mix their batches."""
     from concurrent.futures import ThreadPoolExecutor

@@ -21,10 +21,10 @@ from conftest import FIXTURE_FILES, MOONMIND, write_tree
 
 
 @pytest.mark.parametrize("url", ["localhost:6333", "qdrant:6333", "qdrant-store"])
-def test_a_qdrant_url_that_is_neither_a_url_nor_an_explicit_path_is_an_invalid_setting(cli, tmp_path, url):
+def test_a_qdrant_url_that_is_neither_a_url_nor_an_explicit_path_is_an_invalid_setting(invoke, tmp_path, url):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    r = cli("rag", "search", "token", "--json", extra_env={"QDRANT_URL": url}, cwd=cwd)
+    r = invoke("rag", "search", "token", "--json", extra_env={"QDRANT_URL": url}, cwd=cwd)
     assert r.code == 2, r.stderr
     err = r.error()
     assert err["code"] == "invalid_setting" and "QDRANT_URL" in err["message"] and url in err["message"]
@@ -32,10 +32,10 @@ def test_a_qdrant_url_that_is_neither_a_url_nor_an_explicit_path_is_an_invalid_s
     assert list(cwd.iterdir()) == []  # no `qdrant:6333/` directory left behind
 
 
-def test_a_search_in_local_mode_creates_no_directory_where_nothing_is_stored(cli, tmp_path):
+def test_a_search_in_local_mode_creates_no_directory_where_nothing_is_stored(invoke, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    r = cli("rag", "search", "token", "--json", extra_env={"QDRANT_URL": "./qdrant-local"}, cwd=cwd)
+    r = invoke("rag", "search", "token", "--json", extra_env={"QDRANT_URL": "./qdrant-local"}, cwd=cwd)
     assert r.code == 3 and r.error()["code"] == "collection_missing", r.stderr
     assert list(cwd.iterdir()) == []
 
@@ -51,11 +51,11 @@ def test_an_explicit_relative_path_is_local_mode_the_index_creates_it(cli, repo,
     assert r.code == 0 and r.json()["items"], r.stderr
 
 
-def test_a_read_on_an_empty_home_starts_no_owner_and_creates_no_store(cli, home):
+def test_a_read_on_an_empty_home_starts_no_owner_and_creates_no_store(invoke, home):
     auto = {"MOONMIND_OWNER": "auto", "MOONMIND_OWNER_IDLE_S": "1"}
-    search = cli("rag", "search", "token", "--json", extra_env=auto)
+    search = invoke("rag", "search", "token", "--json", extra_env=auto)
     assert search.code == 3 and search.error()["code"] == "collection_missing", search.stderr
-    stats = cli("rag", "stats", "--repo", "demo", "--json", extra_env=auto)
+    stats = invoke("rag", "stats", "--repo", "demo", "--json", extra_env=auto)
     assert stats.code == 3, stats.stderr
     assert list(home.iterdir()) == []  # no qdrant-edge/<collection>/ for a lock or socket, no owner.log
 
@@ -72,10 +72,10 @@ def test_indexing_the_root_of_the_file_system_is_refused_with_the_fix(cli, home)
     assert list(home.iterdir()) == []  # refused before anything was opened
 
 
-def test_indexing_the_home_directory_is_refused_with_the_fix(cli, tmp_path):
+def test_indexing_the_home_directory_is_refused_with_the_fix(invoke, tmp_path):
     user_home = write_tree(tmp_path / "user", {"notes.md": "# Notes\n\nshopping list\n"})
-    r = cli("rag", "index", str(user_home), "--repo", "mine", "--json", extra_env={"HOME": str(user_home)},
-            cwd=user_home, timeout=60)
+    r = invoke("rag", "index", str(user_home), "--repo", "mine", "--json", extra_env={"HOME": str(user_home)},
+               cwd=user_home)
     assert r.code == 2, r.stderr
     err = r.error()
     assert "home directory" in err["message"] and "--force" in err["action"]

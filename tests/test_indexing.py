@@ -151,8 +151,8 @@ def test_qdrant_local_mode_path_runs_the_same_flow(cli, repo, tmp_path):
     assert "Traceback" not in r.stderr and "UserWarning" not in r.stderr
 
 
-def test_index_of_a_missing_directory_is_a_usage_error(cli, tmp_path):
-    r = cli("rag", "index", str(tmp_path / "nope"), "--repo", "demo")
+def test_index_of_a_missing_directory_is_a_usage_error(invoke, tmp_path):
+    r = invoke("rag", "index", str(tmp_path / "nope"), "--repo", "demo")
     assert r.code == 2 and r.stdout == "" and "not a directory" in r.stderr
 
 
@@ -270,6 +270,7 @@ def test_every_built_payload_is_the_contracts_own_dump():
     from moonmind_worker.contracts import CANONICAL, WORKSPACE_OVERLAY, ChunkPayload
     from moonmind_worker.embedding import StaticEmbedder
     from moonmind_worker.indexing.indexer import build_points, content_hash
+    from moonmind_worker.indexing.points import symbol_keys
     from moonmind_worker.text.chunking import chunk_text, language_of
 
     files = {"src/app.py": "def getValue(self):\n    return 1\n" * 80, "README.md": "# Title\n\nSome text.\n", "Makefile": "all:\n\ttrue\n"}
@@ -286,6 +287,9 @@ def test_every_built_payload_is_the_contracts_own_dump():
                 line_start=c.line_start, line_end=c.line_end, section_title=c.section_title, chunk_sequence=c.chunk_sequence,
                 total_chunks=c.total_chunks, text=c.text, token_count=c.token_count, model_version=StaticEmbedder().name,
                 indexed_at=p.payload["indexed_at"], trust_class=trust_class, run_id=run_id, expires_at=expires_at,
+                symbols=symbol_keys(c.definitions), definitions=[
+                    {"name": d.name, "kind": d.kind, "line_start": d.start, "line_end": d.end, "signature": d.signature}
+                    for d in c.definitions],
             ).model_dump()
             assert list(p.payload.items()) == list(want.items())
             assert [type(v) for v in p.payload.values()] == [type(v) for v in want.values()]  # 1_900_000_000 -> float

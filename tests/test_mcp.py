@@ -54,8 +54,9 @@ def envelope(result) -> dict:
 def test_the_server_lists_search_index_overlay_upsert_and_stats(env, tmp_path):
     (listing,) = call(env, tmp_path, ("list", None))
     tools = {t.name: t for t in listing.tools}
-    assert set(tools) == {"search", "index", "overlay_upsert", "stats"}
-    assert set(tools["search"].input_schema["properties"]) == {"query", "top_k", "filters", "score_threshold", "budget"}
+    assert set(tools) == {"search", "index", "overlay_upsert", "stats", "related", "symbols"}  # the last two: test_navigation.py
+    assert set(tools["search"].input_schema["properties"]) >= {"query", "top_k", "filters", "score_threshold", "budget",
+                                                                "max_lines", "locations_only"}
     assert tools["search"].input_schema["required"] == ["query"]
     assert tools["search"].output_schema["title"] == "ContextPack"  # spec 04's contract, for clients that validate
 

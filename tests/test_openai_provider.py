@@ -100,9 +100,9 @@ def test_transient_server_error_is_retried(cli, repo, server, openai_env):
     assert r.json()["files_indexed"] == len(FIXTURE_FILES)
 
 
-def test_missing_key_is_refused_before_any_request(cli, repo, server, openai_env):
+def test_missing_key_is_refused_before_any_request(invoke, repo, server, openai_env):
     env = {**openai_env, "OPENAI_API_KEY": ""}
-    r = cli("rag", "index", str(repo), "--repo", "demo", "--json", extra_env=env)
+    r = invoke("rag", "index", str(repo), "--repo", "demo", "--json", extra_env=env)
     assert r.code == 3 and r.error()["code"] == "missing_credentials"
     assert "OPENAI_API_KEY" in r.error()["message"]
     assert server.requests == []

@@ -13,6 +13,7 @@ import pytest
 
 from celery_helpers import (
     BACKEND,
+    BROKER,
     configure_app,
     purge,
     queue_env,
@@ -38,6 +39,17 @@ def _overlay_ids(home, run_id: str) -> dict[str, str]:
         return {h.id: h.payload["chunk_hash"] for h in store.scroll(where, ["chunk_hash"])}
     finally:
         store.close()
+
+
+def _store_bytes(home) -> int:
+    """The embedded store's size on disk: it grows when a write lands (a file may vanish while it is summed)."""
+    total = 0
+    for f in (home / "qdrant-edge").rglob("*"):
+        try:
+            total += f.stat().st_size if f.is_file() else 0
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def _workspace(root, n_files: int):
@@ -89,13 +101,20 @@ def test_a_worker_killed_mid_upsert_is_finished_by_another_with_exactly_the_expe
         while task_id not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert task_id in log.read_text(), "the first worker never received the upsert"
-        time.sleep(0.3)  # mid-upsert: received, embedding and writing
+        written = _store_bytes(home)
+        while _store_bytes(home) == written:  # mid-upsert: the first overlay points reached the store
+            assert time.monotonic() < deadline, "the first worker never wrote"
+            time.sleep(0.01)
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(10)
         results = redis(int(BACKEND.rsplit("/", 1)[1]))
         assert results.get(f"celery-task-meta-{task_id}") is None, "the upsert finished before the kill; grow the workspace"
 
-        time.sleep(2.5)  # past the visibility timeout: the unacked write is due for redelivery
+        broker = redis(int(BROKER.rsplit("/", 1)[1]))
+        deadline = time.monotonic() + 60
+        while not broker.zrangebyscore("unacked_index", "-inf", time.time() - 2):  # the delivery is past the visibility timeout
+            assert time.monotonic() < deadline, "the killed worker's delivery is not in the unacked index"
+            time.sleep(0.05)
         second = start_worker_process(env, [sq, iq], tmp_path / "w2.log")
         deadline = time.monotonic() + 120
         meta = None
@@ -136,9 +155,10 @@ def test_the_beat_sweep_removes_expired_overlays_only(indexed, app_queues, tmp_p
     settings = get_settings()
     store, embedder = runtime.get_store(settings), runtime.get_embedder(settings)
     ws = write_tree(tmp_path / "ws", {"auth/tokens.py": "def check_bearer_token(h):\n    return h.startswith('Bearer ')\n"})
-    for run_id, ttl in (("run-old", 1.0), ("run-live", 3600.0)):
-        upsert_overlay([ws / "auth/tokens.py"], root=ws, run_id=run_id, ttl_s=ttl, repo="demo", tenant="acme",
-                       settings=settings, embedder=embedder, store=store)
+    expiry = {}
+    for run_id, ttl in (("run-old", 0.01), ("run-live", 3600.0)):
+        expiry[run_id] = upsert_overlay([ws / "auth/tokens.py"], root=ws, run_id=run_id, ttl_s=ttl, repo="demo",
+                                        tenant="acme", settings=settings, embedder=embedder, store=store).expires_at
     canonical = store.count(Where(must=(Match("trust_class", "canonical"),)))
     live = store.count(Where(must=(Match("run_id", "run-live"),)))
     old = store.count(Where(must=(Match("run_id", "run-old"),)))
@@ -148,7 +168,10 @@ def test_the_beat_sweep_removes_expired_overlays_only(indexed, app_queues, tmp_p
     (stale_run / "breadcrumbs.jsonl").write_text("{}\n")
     month_ago = time.time() - 40 * 86400
     os.utime(stale_run / "breadcrumbs.jsonl", (month_ago, month_ago))
-    time.sleep(1.2)
+    deadline = time.monotonic() + 10
+    while time.time() <= expiry["run-old"]:  # until the short-lived overlay is past its expiry
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
     entry = app.conf.beat_schedule[SWEEP_SCHEDULE_NAME]
     with start_worker(app, pool="solo", perform_ping_check=False, queues=[iq], shutdown_timeout=10):
         result = app.send_task(entry["task"], **entry.get("options", {})).get(timeout=60)

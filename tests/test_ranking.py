@@ -115,9 +115,9 @@ def test_a_query_whose_words_occur_nowhere_scores_below_the_default_threshold():
 
     # a static model gives unrelated text a cosine near 0.5: without a word in common that is noise
     noise = [cand(f"src/m{i}.py", "def build(): return make()", 0.56 - i * 0.02, 0.0, title="build") for i in range(5)]
-    assert max(c.score for c in score("qwxz plorf", noise)) < THRESHOLDS["moonmind-static-minilm-256"]
+    assert max(c.score for c in score("qwxz plorf", noise)) < THRESHOLDS["moonmind-static-code-256"]
     real = [cand(f"src/m{i}.py", "def build(): return make()", 0.56 - i * 0.02, 3.0 - i * 0.5) for i in range(5)]
-    assert max(c.score for c in score("build make", real)) >= THRESHOLDS["moonmind-static-minilm-256"]
+    assert max(c.score for c in score("build make", real)) >= THRESHOLDS["moonmind-static-code-256"]
 
 
 def test_type_stubs_count_less_than_the_module_they_describe():

@@ -113,14 +113,11 @@ def test_retries_stop_at_the_callers_latency_budget(env, monkeypatch, embeddings
 
     embeddings.always_status = 503
     client = openai.OpenAI(api_key="sk-budget", base_url=embeddings.base_url, max_retries=0)
-    budget_s = 0.4
-    started = time.monotonic()
+    # a budget already spent: the first failure stops the retries, since any backoff would sleep past it
     with pytest.raises(MoonmindError) as exc:
         call_with_retries(lambda: client.embeddings.create(model="m", input=["x"]), what="embeddings",
-                          deadline=started + budget_s, attempts=50)
-    elapsed = time.monotonic() - started
-    assert elapsed < budget_s + 0.3  # never sleeps past the budget
-    assert 1 <= embeddings.calls < 50
+                          deadline=time.monotonic(), attempts=50)
+    assert embeddings.calls == 1 and exc.value.details["attempts"] == 1
     assert "latency budget" in exc.value.message
 
 
@@ -168,6 +165,7 @@ def test_qdrant_connection_reset_mid_query_is_retried(local_store):
     assert flaky.attempts == 3
 
 
+@pytest.mark.slow
 def test_qdrant_down_for_good_fails_with_connectivity_and_no_pack(local_store):
     from moonmind_worker.contracts import RetrievalQuery
     from moonmind_worker.embedding import StaticEmbedder

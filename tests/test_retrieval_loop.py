@@ -21,8 +21,8 @@ SPEC05_FIELDS = {
 }
 
 
-def test_search_prints_markdown_context_with_citations(cli, indexed):
-    r = cli("rag", "search", "--query", "where are bearer tokens checked", "--filters", "repo=demo")
+def test_search_prints_markdown_context_with_citations(invoke, prebuilt):
+    r = invoke("rag", "search", "--query", "where are bearer tokens checked", "--filters", "repo=demo")
     assert r.code == 0, r.stderr
     assert r.stdout.startswith("### Retrieved Context")
     assert "auth/tokens.py#L" in r.stdout
@@ -89,7 +89,7 @@ def test_unknown_filter_key_is_refused(cli, indexed):
     assert "unknown filter key 'colour'" in r.stderr
 
 
-def test_search_before_index_says_to_run_index(cli):
-    r = cli("rag", "search", "--query", "anything")
+def test_search_before_index_says_to_run_index(invoke):
+    r = invoke("rag", "search", "--query", "anything")
     assert r.code == 3 and r.stdout == ""
     assert "moonmind rag index" in r.stderr

@@ -1,4 +1,5 @@
-"""`moonmind rag search` through the installed CLI: spec 05's acceptance scenarios and bad inputs.
+"""`moonmind rag search` through the CLI, in process (tests/cli_runner.py): spec 05's acceptance scenarios and
+bad inputs; the installed console script's lean import path is checked in a subprocess.
 
 One fixture index (built once for the module) serves every read-only search here,
 so the suite stays fast; each test is one behaviour.
@@ -13,6 +14,7 @@ import textwrap
 
 import pytest
 
+from cli_runner import CliRunner
 from conftest import _SCRUB, FIXTURE_FILES, MOONMIND, Result, write_tree
 
 #: FR-007's fields under this project's names (README "Contracts": source_file→source,
@@ -39,11 +41,6 @@ DUPLICATED = "\n".join(
 )
 
 
-def _run(env: dict, cwd, *args: str) -> Result:
-    p = subprocess.run([MOONMIND, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
-    return Result(p.returncode, p.stdout, p.stderr)
-
-
 @pytest.fixture(scope="module")
 def searcher(tmp_path_factory):
     """Index the fixture repo (plus a long-chunk file) once as repo=demo tenant=acme; return a runner."""
@@ -53,11 +50,12 @@ def searcher(tmp_path_factory):
     root = write_tree(base / "repo", files)
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env["MOONMIND_HOME"] = str(base / "home")
-    r = _run(env, base, "rag", "index", str(root), "--repo", "demo", "--tenant", "acme")
+    runner = CliRunner(env, base)  # in process: what a console script adds is checked by the one-shot test below
+    r = runner.invoke("rag", "index", str(root), "--repo", "demo", "--tenant", "acme")
     assert r.code == 0, r.stderr
 
     def run(*args: str) -> Result:
-        return _run(env, base, "rag", "search", *args)
+        return runner.invoke("rag", "search", *args)
 
     run.root = root
     run.env = env
@@ -255,6 +253,7 @@ def test_same_query_twice_gives_identical_output(searcher):
     assert "docs/guide.md" in a.stdout
 
 
+@pytest.mark.slow
 def test_a_one_shot_ascii_search_loads_no_numpy_and_prints_what_the_numpy_path_prints(searcher):
     args = ("rag", "search", "--query", "cache redis ttl", "--filters", "repo=demo")
     lean = subprocess.run([MOONMIND, *args], env=dict(searcher.env, PYTHONPROFILEIMPORTTIME="1"), cwd=searcher.cwd,

@@ -13,8 +13,6 @@ import pytest
 from moonmind_worker.errors import EXIT_USAGE, MoonmindError
 from moonmind_worker.settings import Settings
 
-from conftest import MOONMIND
-
 
 @pytest.fixture
 def in_dir(tmp_path, monkeypatch, env):
@@ -55,7 +53,7 @@ def test_keyword_arguments_win_by_name_or_alias(in_dir, monkeypatch):
         ("RAG_SCORE_THRESHOLD", "1.5", "a number between 0 and 1"),
         ("MOONMIND_EVENTS_TIMEOUT_S", "11", "a number greater than 0 and no more than 10"),
         ("STATSD_PORT", "65536", "an integer greater than 0 and less than 65536"),
-        ("MOONMIND_EMBEDDING_PROVIDER", "gemini", "one of static, openai, google, ollama"),
+        ("MOONMIND_EMBEDDING_PROVIDER", "gemini", "one of static, openai, google, ollama, cohere"),
         ("MOONMIND_RAG_EXECUTION", "async", "one of sync, queue"),
         ("MOONMIND_SEARCH_QUEUE", "", "a non-empty string"),
     ],
@@ -111,7 +109,7 @@ def test_secrets_never_show_in_repr_str_or_errors(in_dir):
 
 def test_model_copy_fields_set_and_the_field_table(in_dir):
     s = Settings(_env_file=None, MOONMIND_REPO="r")
-    assert s.model_fields_set == {"repo", "moonmind_home", "owner_mode"}  # keyword, environment; no default
+    assert s.model_fields_set == {"repo", "moonmind_home", "owner_mode", "watch"}  # keyword, environment; no default
     copy = s.model_copy(update={"tenant": "acme", "gateway_tokens_file": "~/t.json"})
     assert (copy.repo, copy.tenant, s.tenant) == ("r", "acme", None)
     assert copy.model_fields_set == s.model_fields_set | {"tenant", "gateway_tokens_file"}
@@ -121,11 +119,10 @@ def test_model_copy_fields_set_and_the_field_table(in_dir):
     assert Settings(_env_file=None) == Settings(_env_file=None) != s
 
 
-def test_the_cli_reports_an_invalid_setting_with_its_exit_code(env, tmp_path):
+def test_the_cli_reports_an_invalid_setting_with_its_exit_code(invoke):
     for extra, as_json in (([], False), (["--json"], True)):
-        r = subprocess.run([MOONMIND, "rag", "search", "-q", "x", *extra], env={**env, "RAG_SIMILARITY_TOP_K": "0"},
-                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
-        assert r.returncode == EXIT_USAGE and r.stdout == "" and "Traceback" not in r.stderr
+        r = invoke("rag", "search", "-q", "x", *extra, extra_env={"RAG_SIMILARITY_TOP_K": "0"})
+        assert r.code == EXIT_USAGE and r.stdout == "" and "Traceback" not in r.stderr
         if as_json:
             err = json.loads(r.stderr.strip().splitlines()[-1])["error"]
         else:

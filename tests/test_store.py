@@ -283,6 +283,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log", ["no_wal", "wal"])
 def test_an_embedded_write_that_returned_survives_its_process_exiting_abruptly(log, tmp_path):
     """Writes (upsert, delete by id, delete by filter) then an exit with no flush and no close: the
@@ -303,6 +304,7 @@ def test_an_embedded_write_that_returned_survives_its_process_exiting_abruptly(l
         store.close()
 
 
+@pytest.mark.slow
 def test_a_new_embedded_store_keeps_no_write_ahead_log(tmp_path):
     """Every open of a log maps and checks its retained files (tens of MB resident in each process
     holding the store, BENCHMARKS.md "no write-ahead log"): a new store has none, before and after a reopen."""
@@ -366,6 +368,7 @@ def test_a_query_vector_may_be_a_plain_float32_array(filled):
     assert [(h.id, h.score) for h in as_array[0]] == [(h.id, h.score) for h in as_numpy[0]]
 
 
+@pytest.mark.slow
 def test_an_embedded_store_maps_its_graph_sparse_index_and_payload_indexes_instead_of_pinning_them(tmp_path):
     import json
 
@@ -384,6 +387,7 @@ def test_an_embedded_store_maps_its_graph_sparse_index_and_payload_indexes_inste
     assert indexes and all(f["memory"] == "cached" for i in indexes for f in i["indexed_fields"].values())
 
 
+@pytest.mark.slow
 def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segments(tmp_path, monkeypatch):
     """Every segment the engine builds stays near the cap, so no optimize handles more than one segment's worth.
 
@@ -451,6 +455,7 @@ def _dense_storage(shard) -> list[str]:
                   for seg in (shard / "segments").iterdir())
 
 
+@pytest.mark.slow
 def test_dense_vectors_are_mapped_in_the_segment_being_written_and_in_every_built_segment(tmp_path, monkeypatch):
     """No segment copies its dense vectors into memory on open: they are read where a search goes.
 
@@ -476,6 +481,7 @@ def test_dense_vectors_are_mapped_in_the_segment_being_written_and_in_every_buil
     assert not [k for k in kinds if k.startswith("InRam")], kinds
 
 
+@pytest.mark.slow
 def test_a_store_created_before_the_segment_cap_takes_it_at_its_next_large_optimize(tmp_path, monkeypatch):
     """... and so does a store whose dense vectors were copied into memory (what older versions created)."""
     import json

@@ -47,7 +47,7 @@ def _snapshot() -> tuple[dict[str, str], object]:
 @pytest.mark.slow
 def test_sync_moves_the_collection_to_the_new_model_and_search_works_again(cli, prebuilt, embeddings, home):
     before, info = _snapshot()
-    assert info.model == "moonmind-static-minilm-256" and len(before) > 0
+    assert info.model == "moonmind-static-code-256" and len(before) > 0
     hosted = _hosted(embeddings)
     assert cli("rag", "search", "--query", "bearer token", extra_env=hosted).code == 3  # refused: drifted
 
@@ -57,7 +57,7 @@ def test_sync_moves_the_collection_to_the_new_model_and_search_works_again(cli, 
     assert plan["to_embed"] == plan["points"] == len(before) and plan["already_done"] == 0
     assert (plan["source_dimensions"], plan["target_dimensions"]) == (256, 512)
     assert embeddings.texts_embedded == 1  # the dimension probe: a dry run embeds nothing
-    assert _snapshot()[1].model == "moonmind-static-minilm-256"  # and writes nothing
+    assert _snapshot()[1].model == "moonmind-static-code-256"  # and writes nothing
 
     r = cli("rag", "sync-embedding", "--collection", "moonmind__repo", extra_env=hosted)
     assert r.code == 0, r.stderr
@@ -82,8 +82,8 @@ def test_sync_on_an_up_to_date_collection_changes_nothing(cli, prebuilt):
     assert r.code == 0 and "nothing to sync" in r.stdout
 
 
-def test_sync_of_a_missing_collection_says_index_first(cli):
-    r = cli("rag", "sync-embedding", "--collection", "nope", "--json")
+def test_sync_of_a_missing_collection_says_index_first(invoke):
+    r = invoke("rag", "sync-embedding", "--collection", "nope", "--json")
     assert r.code == 3 and r.stdout == ""
     assert r.error()["code"] == "collection_missing" and "moonmind rag index" in r.error()["action"]
 

@@ -152,11 +152,11 @@ def test_rag_repos_inside_a_job_cannot_list_another_tenant(prebuilt, cli):
     assert [row["tenant"] for row in cli("rag", "repos", "--json", extra_env=job).json()] == ["acme"]
 
 
-def test_rag_repos_on_an_empty_box_says_how_to_index(cli, home):
-    r = cli("rag", "repos")
+def test_rag_repos_on_an_empty_box_says_how_to_index(invoke, home):
+    r = invoke("rag", "repos")
     assert r.code == 0, r.stderr
     assert "moonmind rag index" in r.stdout
-    assert cli("rag", "repos", "--json").json() == []
+    assert invoke("rag", "repos", "--json").json() == []
 
 
 @pytest.mark.slow
@@ -237,8 +237,8 @@ def _complete(script: str, line: str) -> list[str]:
     return p.stdout.split()
 
 
-def test_bash_completion_completes_commands_sub_commands_flags_and_choices(cli):
-    r = cli("completion", "bash")
+def test_bash_completion_completes_commands_sub_commands_flags_and_choices(invoke):
+    r = invoke("completion", "bash")
     assert r.code == 0, r.stderr
     assert _complete(r.stdout, "moonmind r") == ["rag"]
     assert _complete(r.stdout, "moonmind rag se") == ["search"]
@@ -248,10 +248,10 @@ def test_bash_completion_completes_commands_sub_commands_flags_and_choices(cli):
     assert _complete(r.stdout, "moonmind completion ") == ["bash", "zsh"]
 
 
-def test_zsh_completion_names_every_command(cli):
+def test_zsh_completion_names_every_command(invoke):
     from moonmind_worker.cli.main import COMMANDS
 
-    r = cli("completion", "zsh")
+    r = invoke("completion", "zsh")
     assert r.code == 0, r.stderr
     assert r.stdout.startswith("#compdef moonmind\n")
     for group, command in COMMANDS:
@@ -259,9 +259,9 @@ def test_zsh_completion_names_every_command(cli):
 
 
 @pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")
-def test_zsh_completion_completes_commands_flags_and_choices(cli, tmp_path):
+def test_zsh_completion_completes_commands_flags_and_choices(invoke, tmp_path):
     script = tmp_path / "_moonmind"
-    script.write_text(cli("completion", "zsh").stdout)
+    script.write_text(invoke("completion", "zsh").stdout)
     probe = (  # the completion system's own functions stubbed: what the script offers is printed
         "compdef() { :; }\ncompadd() { [[ $1 == -- ]] && shift; print -l -- \"$@\"; }\n_files() { print FILES; }\n"
         f"source {shlex.quote(str(script))}\n"

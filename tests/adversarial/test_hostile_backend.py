@@ -11,7 +11,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import time
 import uuid
 
@@ -21,7 +20,8 @@ from celery import Celery
 from moonmind_worker.transports import queue_client
 
 from celery_helpers import BROKER, purge, queue_env, redis, start_worker_process, stop, unique_queues, wait_for_consumer
-from conftest import _SCRUB, MOONMIND
+from cli_runner import CliRunner
+from conftest import _SCRUB
 
 
 def _closed_port() -> int:
@@ -55,9 +55,11 @@ def test_a_write_whose_result_cannot_be_stored_runs_once_and_is_acknowledged(env
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and "was not stored" not in log.read_text():
             time.sleep(0.2)
-        time.sleep(4)  # long enough for several redeliveries at the old rate (~1/s here, ~5/s reported)
+        deadline = time.monotonic() + 60
+        while task_id in (unacked := str(redis().hgetall("unacked"))):  # acknowledged: nothing left to redeliver
+            assert time.monotonic() < deadline, "the message was never acknowledged"
+            time.sleep(0.05)
         text = log.read_text()
-        unacked = str(redis().hgetall("unacked"))
     finally:
         stop(proc)
         purge(sq, iq)
@@ -89,17 +91,16 @@ def test_the_worker_says_at_start_that_results_cannot_be_stored(env, tmp_path):
     assert "hunter2" not in text
 
 
-def test_the_cli_names_the_result_backend_not_the_broker(env):
+def test_the_cli_names_the_result_backend_not_the_broker(env, tmp_path):
     sq, iq = unique_queues()
     port = _closed_port()
     e = {**queue_env(env, sq, iq), "CELERY_RESULT_BACKEND": f"redis://127.0.0.1:{port}/0"}
     redis().zadd(f"moonmind:consumers:{sq}", {"alive@host": time.time()})  # so the CLI gets as far as the backend
     try:
-        r = subprocess.run([MOONMIND, "rag", "search", "--query", "x", "--execution", "queue", "--timeout", "3", "--json"],
-                           env=e, capture_output=True, text=True, timeout=60)
+        r = CliRunner(e, tmp_path).invoke("rag", "search", "--query", "x", "--execution", "queue", "--timeout", "3", "--json")
     finally:
         purge(sq, iq)
-    assert r.returncode == 4 and r.stdout == ""
+    assert r.code == 4 and r.stdout == ""
     err = json.loads(r.stderr.strip().splitlines()[-1])["error"]
     assert err["code"] == "broker_unreachable"
     assert f"Celery result backend at redis://127.0.0.1:{port}/0" in err["message"]
