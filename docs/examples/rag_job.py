@@ -30,8 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bootstrap.celery_signals import JobTask
-from tasks import app
+from moonmind_worker.celery import app
+from moonmind_worker.celery.job_signals import JobTask
 
 #: the CLI of the worker's own environment
 MOONMIND = [shutil.which("moonmind") or str(Path(sys.executable).parent / "moonmind")]

@@ -50,7 +50,7 @@ class MoonmindCelery(Celery):
     Why: storing a result is the last step of a task. With the backend down, Celery's Redis
     backend raises a redis ConnectionError out of the task's trace; a worker on a Redis broker
     takes that for a lost *broker* connection, reconnects, and the unacknowledged write
-    (``acks_late``) is delivered again, about once a second, forever (issue 18, major 5). The
+    (``acks_late``) is delivered again, about once a second, forever. The
     work itself is done (writes are idempotent), so the right outcome is: acknowledge, say once
     and clearly that the result could not be stored, and go on.
     """
@@ -102,7 +102,7 @@ def make_app(settings: Settings | None = None) -> Celery:
             queue_client.OVERLAY_CLEAN: {"queue": settings.index_queue},
             queue_client.SWEEP: {"queue": settings.index_queue},
         },
-        # every moonmind queue is declared, so `celery -A tasks worker` with no -Q consumes them all
+        # every moonmind queue is declared, so `celery -A moonmind_worker.celery worker` with no -Q consumes them all
         # (Celery's habit); -Q still narrows a worker to some of them
         task_queues=(Queue(settings.search_queue), Queue(settings.index_queue)),
         task_create_missing_queues=True,
