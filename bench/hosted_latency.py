@@ -1,4 +1,4 @@
-"""Spec 05 SC-002: 95% of whole queries under 2 s with a hosted embedding provider.
+"""The hosted-provider goal: 95% of whole queries under 2 s with a hosted embedding provider.
 
     python -m bench.hosted_latency [--corpus DIR] [--rounds 5] [--median-ms 150] [--sigma 0.7]
 

@@ -1,4 +1,4 @@
-"""The smallest memory limit a cold `rag index` completes in: the memory it needs, not what it maps (issue 20).
+"""The smallest memory limit a cold `rag index` completes in: the memory it needs, not what it maps.
 
 `python -m bench.index_limit [--source DIR] [--low MIB] [--high MIB] [--step MIB]` runs a real
 `moonmind rag index DIR` into a scratch MOONMIND_HOME (MOONMIND_OWNER=off), first without a limit,

@@ -1,4 +1,4 @@
-"""What each process of a cold `rag index` holds at the moment the run's summed RSS peaks (issue 20).
+"""What each process of a cold `rag index` holds at the moment the run's summed RSS peaks.
 
 `python -m bench.index_memory [--source DIR]` runs a real `moonmind rag index` of DIR (default: the
 Django 5.1.4 source, `bench.owner.django_source`) into a scratch MOONMIND_HOME with MOONMIND_OWNER=off,

@@ -1,4 +1,4 @@
-"""Where a cold `rag index` of a large real repository spends its time, stage by stage (issue 20).
+"""Where a cold `rag index` of a large real repository spends its time, stage by stage.
 
 `python -m bench.index_profile` indexes the Django 5.1.4 source (fetched once into the gitignored
 bench/corpus/ by `bench.owner.django_source`) into a scratch MOONMIND_HOME, in this process and

@@ -363,7 +363,7 @@ class Suite:
                  f"{f['concurrent_searches']} searches, {f['concurrent_errors']} errors, p50 {fmt(f['concurrent_p50_ms'])} ms")
 
     def bench_large_repo(self) -> None:
-        """One large real repository, end to end (issue 20): the Django 5.1.4 source from PyPI, not committed.
+        """One large real repository, end to end: the Django 5.1.4 source from PyPI, not committed.
 
         Cold `rag index` (whole process: rate, and the peak RSS of it and its index workers summed),
         a no-change re-index, then one-shot and owner-served `rag search` on that index (bench/owner.py).

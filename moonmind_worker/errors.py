@@ -1,7 +1,7 @@
 """Errors users see: a stable code, what is wrong, what to do, and an exit code.
 
 Every failure that reaches a user is a `MoonmindError`; entry points turn it into
-the `{"error": {"code", "message", "action"}}` envelope (spec 04) and exit with
+the `{"error": {"code", "message", "action"}}` envelope and exit with
 the documented code of its class. Anything else is an internal error.
 """
 
@@ -72,7 +72,7 @@ CODES: "dict[str, Code]" = {
     # HTTP-only: an unknown path or method on the gateway
     "not_found": Code(EXIT_USAGE, 404, _is(), None),
     "method_not_allowed": Code(EXIT_USAGE, 405, _is(), None),
-    # HTTP-only: a connection did not deliver its whole request in time (gateway_http.py)
+    # HTTP-only: a connection did not deliver its whole request in time (gateway/uvicorn_adapter.py)
     "request_timeout": Code(EXIT_CONNECTIVITY, 408, _is("fallback"), None),
 }
 

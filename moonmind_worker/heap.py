@@ -30,7 +30,7 @@ def give_back_heap() -> None:
 
     Why: glibc keeps the pages of a fragmented heap after their objects are freed, so a process
     that frees a lot at once (an index worker after each job, the engine closing a shard that took
-    many writes) stays as large as it was. Costs a few milliseconds on a heap of a few hundred MB.
+    many writes) stays as large as it was. Cheap next to the work that freed the memory.
     """
     libc = _glibc()
     if libc:

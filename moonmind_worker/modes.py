@@ -1,7 +1,7 @@
 """Who may read what moonmind writes: only its user, unless MOONMIND_UMASK opens it to a group.
 
 Why private by default: the store and the cached context packs hold the code that was indexed
-and retrieved; whoever can read them reads that code (issue 32). So directories moonmind
+and retrieved; whoever can read them reads that code. So directories moonmind
 creates are 0700 and its files 0600. A shared deployment sets MOONMIND_UMASK (e.g. `027`:
 directories 0750, files 0640, for a group that only reads); group and others never get write
 (owner/trust.py refuses such directories: a writer could plant a socket or a link there).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 _WS = re.compile(r"\s+")
 
 
-_LOWER_UPPER = re.compile(r"([a-z0-9])([A-Z])")  # two plain passes: ~30% faster than one lookaround regex
+_LOWER_UPPER = re.compile(r"([a-z0-9])([A-Z])")  # two plain passes: faster than one lookaround regex
 _ACRONYM_WORD = re.compile(r"([A-Z])([A-Z][a-z])")
 
 

@@ -1,6 +1,6 @@
 """The static model's document token ids, from caches of the words code repeats: the ids `tokenizers` gives, faster.
 
-Why: the tokenizer was the largest cost of indexing a chunk (BENCHMARKS.md, issue 20), and code says
+Why: the tokenizer is the largest cost of indexing a chunk without them, and code says
 the same few thousand words over and over. BERT's pipeline (BertNormalizer, BertPreTokenizer, WordPiece,
 truncation to the first 512 ids) never joins anything across a space, tab, newline or carriage
 return, and neither does `split_identifiers` (its patterns match letters and digits only), so a
@@ -29,7 +29,7 @@ from .static_query import _PUNCTUATION
 
 #: Characters `str.split()` splits on that BertNormalizer does not make a separator (it drops the
 #: controls among them, so `a\x0bb` is one word): a text holding any is split on the four it does.
-#: Written out, not computed: testing `str.isspace` on every code point cost ~70 ms at import, on the
+#: Written out, not computed: testing `str.isspace` on every code point is slow at import, on the
 #: one-shot search path; tests/test_embedding.py checks this list is exactly what this Python splits on.
 ODD_SPACES = (
     "\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"

@@ -1,4 +1,4 @@
-"""Gateway bearer tokens and their scopes (FR-006), from a file the operator manages.
+"""Gateway bearer tokens and their scopes, from a file the operator manages.
 
 The file holds only sha256 hashes of tokens, each with the repos and tenants it
 may read and an optional top_k ceiling:

@@ -1,6 +1,6 @@
 """What the index holds for one repository: chunks per file, and files no chunk represents.
 
-Why (spec 05 SC-003): a file that was indexed but has no chunk, or only part
+Why: a file that was indexed but has no chunk, or only part
 of its chunks, can never be retrieved, and nothing else would say so. Two
 checks find such orphans:
 

@@ -80,7 +80,7 @@ class Pool:
         self._redone: weakref.WeakKeyDictionary[Future, Any] = weakref.WeakKeyDictionary()  # ... and what it gave
         self.group_chars, self.group_files = GROUP_CHARS, GROUP_FILES
         self.files_in_flight = max(self._workers, 1) * 2 * GROUP_FILES
-        # and their text: a count of files alone let a tree of ~1 MB pages hold ~200 MB of them
+        # and their text: a count of files alone lets a tree of large pages hold far too much of them
         self.chars_in_flight = max(self._workers, 1) * 4 * GROUP_CHARS
         self.batches_in_flight = max(self._workers, 1) + 1
         self.lost_a_worker = False  # a worker died and the run went on in this process (see `_give_up`)
@@ -131,7 +131,7 @@ class Pool:
         """Workers finish the jobs they were given (their results are kept) and exit; the next job starts them again.
 
         Why: while the store builds a segment in this process (`Store.room`), there is nothing for
-        them to do, and their memory (~110 MB each) would sit beside the build's, the run's largest.
+        them to do, and their memory would sit beside the build's, the run's largest.
         """
         self._stop(cancel=False)
 
@@ -162,8 +162,7 @@ class Pool:
 
         Why: a run known to be that large starts its workers with its first job, so this process
         never loads the model, numpy and the tokenizer to chunk and embed the first `START_CHARS`
-        itself (~40 MB of its RSS, the whole run long, and a second of its CPU on the cores the
-        workers need).
+        itself (memory held the whole run long, and CPU on the cores the workers need).
         """
         if self._workers and chars >= self._start_at:
             self._start_at = 0
@@ -194,7 +193,7 @@ class Pool:
         executor, self._executor = self._executor, None
         if executor is not None:
             # not killed: a worker stopped mid-job leaves the pool's semaphores to the resource
-            # tracker, which then warns on stderr under the "interrupted" line; a job takes < 1 s
+            # tracker, which then warns on stderr under the "interrupted" line; a job is short, so waiting for it is cheap
             executor.shutdown(wait=True, cancel_futures=cancel)
             del executor  # its queues, and with them the semaphores the tracker watches
             global _running
@@ -212,7 +211,7 @@ def _may_start_processes() -> Iterator[None]:
     process is ended without waiting for its children, which would outlive it. Ours die with the
     process that started them, however it ends (`_die_with_parent`), so the refusal guards nothing
     here, and it failed every index task large enough to start workers on a plain
-    `celery -A tasks worker` (whose pool processes are daemonic).
+    `celery -A moonmind_worker.celery worker` (whose pool processes are daemonic).
     """
     import multiprocessing
     from multiprocessing.process import AuthenticationString  # type: ignore[attr-defined]
@@ -257,7 +256,7 @@ def _unstick(executor: ProcessPoolExecutor) -> None:
 
 
 def _stop_resource_tracker() -> None:
-    """End the process multiprocessing started to clean up after the pool's semaphores (~12 MB of RSS).
+    """End the process multiprocessing started to clean up after the pool's semaphores (and its RSS).
 
     Why: it outlives the pool, through the run's last write and its optimize (the run's peak);
     with the pool gone it watches nothing (a later pool starts it again). Its stop is private API

@@ -44,7 +44,7 @@ EVENTS = (
     "embedding_aborted",
     "overlay_upserted",
     "overlay_cleaned",
-    # observe.py (docs/operations.md "Observability")
+    # observe/artifacts.py and observe/hooks.py (docs/operations.md "Observability")
     "context_pack_created",
     "budget_exceeded",
     "overlay_swept",

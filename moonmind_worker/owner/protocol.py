@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     import _socket
     from typing import Any, Callable, TypeVar

@@ -20,7 +20,7 @@ import sys
 
 from ..errors import MoonmindError
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     from pathlib import Path
 

@@ -65,7 +65,7 @@ DIVERSITY_DECAY = 0.6
 #: Scores of a query none of whose words occurs among the candidates (gibberish, typos of every word).
 UNCONFIRMED_FACTOR = 0.5
 #: In a documentation corpus (a book) each section is its own unit: a chapter's second and third
-#: sections on the asked topic must not fall below passing mentions elsewhere (spec 05 SC-001).
+#: sections on the asked topic must not fall below passing mentions elsewhere.
 BOOK_DIVERSITY_DECAY = 0.9
 TEST_PRIOR = 0.6
 EXAMPLE_PRIOR = 0.7
