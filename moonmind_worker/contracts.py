@@ -1,4 +1,4 @@
-"""The wire contracts, in one place (spec 03 and 04; field names are binding).
+"""The wire contracts, in one place (field names are binding: clients parse them; docs/operations.md "Contracts").
 
 The chunk payload schema lives here too: the indexer writes `ChunkPayload` and
 the retriever reads it, so the two can never disagree about a field name.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import has_surrogate
 
@@ -20,8 +20,14 @@ READABLE_SCHEMA_VERSIONS = frozenset({1})
 
 TOP_K_MIN, TOP_K_MAX = 1, 50
 
-#: Filter keys a caller may pass; each maps to an indexed payload field.
-FILTER_KEYS = ("repo", "tenant", "run_id", "path", "language")
+SHAPES_EXCLUSIVE = "locations_only and max_lines exclude each other (locations only has no lines to cut)"
+
+#: Filter keys a caller may pass; each maps to an indexed payload field (`resource_type` to `language`: text/kinds.py).
+FILTER_KEYS = ("repo", "tenant", "run_id", "path", "language", "resource_type")
+#: The values of the `resource_type` filter, each a set of languages (text/kinds.py).
+RESOURCE_TYPES = ("code", "docs", "config")
+#: Longest paging cursor accepted (retrieval/paging.py writes far shorter ones).
+CURSOR_MAX_CHARS = 200
 
 CANONICAL: Final = "canonical"
 WORKSPACE_OVERLAY: Final = "workspace_overlay"
@@ -95,6 +101,7 @@ class Filters(Contract):
     run_id: str | None = None
     path: str | None = None
     language: str | None = None
+    resource_type: Literal["code", "docs", "config"] | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -158,8 +165,20 @@ class RetrievalQuery(Contract):
     transport: Literal["direct", "gateway"] = "direct"
     budgets: Budgets | None = None
     score_threshold: float | None = Field(None, ge=0.0, le=1.0, strict=True)
+    # the next page of the same ranked list: a pack's `next_cursor` (retrieval/paging.py checks it)
+    cursor: str | None = Field(default=None, max_length=CURSOR_MAX_CHARS, strict=True)
+    # answer shaping (retrieval/shaping.py): each hit's text cut to N lines, or no text at all
+    max_lines: int | None = Field(default=None, ge=1, strict=True)  # default=: a positional default is unseen by mypy
+    locations_only: bool = Field(default=False, strict=True)
 
     _whole = field_validator("top_k", mode="before")(_whole_number)
+    _whole_lines = field_validator("max_lines", mode="before")(_whole_number)
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> "RetrievalQuery":
+        if self.locations_only and self.max_lines is not None:
+            raise ValueError(SHAPES_EXCLUSIVE)
+        return self
 
     @field_validator("query", mode="after")
     @classmethod
@@ -196,10 +215,13 @@ class ChunkPayload(Contract):
     run_id: str = ""
     expires_at: float | None = None  # unix seconds; overlays only
     deleted: bool = False  # overlay tombstone: hides the path's canonical chunks
+    # what the chunk defines (tree-sitter), for `rag symbols`; absent from chunks indexed before them
+    symbols: list[str] = Field(default_factory=list)  # lower-cased names, qualified and short: the indexed lookup keys
+    definitions: list[dict[str, Any]] = Field(default_factory=list)  # name, kind, line_start, line_end, signature
 
 
 class ContextItem(Contract):
-    """One retrieved chunk, with every field spec 05 FR-007 asks for, untruncated."""
+    """One retrieved chunk, with every field a caller needs to cite and trust it, untruncated."""
 
     score: float
     source: str
@@ -234,13 +256,25 @@ class ContextPack(Contract):
     transport: Literal["direct", "gateway"] = "direct"
     retrieved_at: str
     telemetry_id: str
-    # extensions beyond spec 04 (additive, documented in docs/operations.md, "Contracts")
+    # extensions beyond the base ContextPack (additive, documented in docs/operations.md, "Contracts")
     query: str = ""
     top_k: int = 0
     score_threshold: float = 0.0
     best_score: float | None = None  # best score seen, even when filtered out
     truncated: bool = False
     notes: list[str] = Field(default_factory=list)
+    # paging (retrieval/paging.py): results above the threshold in the searched window, where this page
+    # starts in them, and the cursor of the next page (None: this is the last)
+    total_results: int = 0
+    offset: int = 0
+    next_cursor: str | None = None
+    # how the items' text was shaped (retrieval/shaping.py): cut to max_lines lines, or empty (locations only)
+    max_lines: int | None = None
+    locations_only: bool = False
+    # whether the hits' repositories may have changed since their chunks were written (owner/freshness.py):
+    # "stale" names the changed files in stale_paths; None where no local tree is known to check
+    freshness: Literal["fresh", "stale"] | None = None
+    stale_paths: list[str] = Field(default_factory=list)
 
 
 class ErrorBody(Contract):
@@ -250,7 +284,7 @@ class ErrorBody(Contract):
 
 
 class BudgetReport(Contract):
-    """Budget telemetry tags (spec 03): which budget, its limit, what was spent or predicted."""
+    """Budget telemetry tags: which budget, its limit, what was spent or predicted."""
 
     budget_type: Literal["tokens", "latency_ms"]
     budget_limit: float
@@ -358,13 +392,23 @@ def plainly_valid_query(data: Any) -> RetrievalQuery | None:
             v = _plain_budgets(v)
             if v is None:
                 return None
+        elif key == "cursor":
+            if v is not None and (type(v) is not str or len(v) > CURSOR_MAX_CHARS):
+                return None
+        elif key == "max_lines":
+            if v is not None and (type(v) is not int or v < 1):
+                return None
+        elif key == "locations_only":
+            if type(v) is not bool or (v and data.get("max_lines") is not None):
+                return None
         values[key] = v
     if "filters" not in values:
         values["filters"] = Filters.model_construct(_fields_set=set())
     return RetrievalQuery.model_construct(_fields_set=set(data), **values)
 
 
-_QUERY_FIELDS = {"query", "top_k", "filters", "overlay_policy", "transport", "budgets", "score_threshold"}
+_QUERY_FIELDS = {"query", "top_k", "filters", "overlay_policy", "transport", "budgets", "score_threshold", "max_lines",
+                 "locations_only", "cursor"}
 _BUDGET_FIELDS = {"tokens", "latency_ms"}
 _CHOICES = {"overlay_policy": ("include", "skip"), "transport": ("direct", "gateway")}
 
@@ -378,6 +422,8 @@ def _plain_filters(v: Any) -> Filters | None:
             if type(value) is not str or has_surrogate(value):
                 return None
             value = value.strip() or None
+            if key == "resource_type" and value is not None and value not in RESOURCE_TYPES:
+                return None
         out[key] = value
     return Filters.model_construct(_fields_set=set(v), **out)
 
@@ -407,6 +453,12 @@ def _describe(exc) -> str:
             reasons.append("the query must not be empty" if blank else f"query: {e['msg']}")
         elif loc == "top_k":
             reasons.append(f"top_k must be an integer between {TOP_K_MIN} and {TOP_K_MAX}")
+        elif loc == "filters.resource_type" and e["type"] == "literal_error":
+            reasons.append(f"filter resource_type must be one of {', '.join(RESOURCE_TYPES)}")
+        elif loc == "max_lines":
+            reasons.append("max_lines must be a positive integer")
+        elif not loc:  # a rule across fields (model validator)
+            reasons.append(e["msg"].removeprefix("Value error, "))
         else:
             reasons.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
     return "Invalid retrieval query: " + "; ".join(reasons) + "."
@@ -419,6 +471,9 @@ def _action_for(exc, fields: str = "flags") -> str:
         return "Pass text encoded as UTF-8." if flags else "Send text that is valid Unicode (no unpaired surrogates)."
     if "query" in locs:
         return 'Pass a non-empty --query "what you are looking for".' if flags else 'Send a non-empty "query" string.'
+    if any(e["loc"][:2] == ("filters", "resource_type") and e["type"] == "literal_error" for e in exc.errors()):
+        kinds = ", ".join(RESOURCE_TYPES)
+        return f"Use --filters resource_type=KIND with KIND among: {kinds}." if flags else f'Send "resource_type" among: {kinds}.'
     if "filters" in locs:
         keys = ", ".join(FILTER_KEYS)
         if flags:
@@ -428,6 +483,11 @@ def _action_for(exc, fields: str = "flags") -> str:
         if flags:
             return f"Pass --top-k between {TOP_K_MIN} and {TOP_K_MAX}."
         return f'Send "top_k" as an integer between {TOP_K_MIN} and {TOP_K_MAX}.'
+    if "max_lines" in locs:
+        return "Pass --max-lines N with N >= 1." if flags else 'Send "max_lines" as an integer >= 1.'
+    if any(SHAPES_EXCLUSIVE in e["msg"] for e in exc.errors()):
+        return ("Pass either --locations-only or --max-lines N, not both." if flags
+                else 'Send either "locations_only": true or "max_lines", not both.')
     return "Fix the request fields named above and retry."
 
 
@@ -529,3 +589,33 @@ class SweepResult(OverlayCleanResult):
     """The beat sweep: expired overlay points removed, and runs whose cached packs passed retention."""
 
     artifacts_pruned: int
+
+
+class SymbolHit(Contract):
+    """One place a name is defined (or, ranked after, mentioned): what `rag symbols` returns."""
+
+    name: str  # the qualified name defined there (`Router.handle`); the asked name for a mention
+    kind: str  # function, method, class, struct, interface, type, ...; "mention"; "definition" when not recorded
+    match: Literal["exact", "qualified", "partial", "mention"]
+    path: str
+    repo: str
+    tenant: str
+    line_start: int
+    line_end: int
+    signature: str  # the definition's first line (a mention: the line that mentions it)
+    citation: str  # path#Lstart-Lend
+    chunk_id: str
+    score: float
+    guessed: bool = False  # from a chunk indexed before symbol metadata: kind and signature read from its text
+
+
+class SymbolsResult(Contract):
+    """`rag symbols NAME`: where NAME is defined, best first (exact name, then qualified or partial, then mentions)."""
+
+    query: str
+    symbols: list[SymbolHit]
+    filters: dict[str, str]
+    transport: Literal["direct", "gateway"] = "direct"
+    top_k: int = 0
+    latency_ms: float = 0.0
+    notes: list[str] = Field(default_factory=list)

@@ -4,7 +4,7 @@ Why one object: every entry point (CLI, Celery task, gateway) must agree on the
 collection, the embedding model and the store, or retrieval silently degrades.
 
 Why no pydantic here: every `moonmind` process reads settings, and importing
-pydantic (let alone pydantic-settings, dropped earlier for ~0.2 s of CPU) costs
+pydantic (let alone pydantic-settings) costs
 more than the whole `rag search --execution queue` round trip to a warm worker.
 So `Settings` is a plain class over a field table (`Settings.model_fields`) with
 small typed coercions, keeping the rules pydantic applied: each field is read from
@@ -24,19 +24,21 @@ from pathlib import Path
 
 from .errors import MoonmindError, redact
 
-TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli.py)
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
     from typing import Any, Callable, ClassVar, Iterator, Literal
 
-    EmbeddingProvider = Literal["static", "openai", "google", "ollama"]
+    EmbeddingProvider = Literal["static", "openai", "google", "ollama", "cohere"]
 
 
 #: Default model per provider, used when MOONMIND_EMBEDDING_MODEL is unset.
 DEFAULT_MODELS: dict[str, str] = {
-    "static": "moonmind-static-minilm-256",
+    "static": "moonmind-static-code-256",
     "openai": "text-embedding-3-small",
     "google": "gemini-embedding-001",
     "ollama": "nomic-embed-text",
+    # a multilingual hosted model, through Cohere's OpenAI-compatible endpoint (embedding/presets.py)
+    "cohere": "embed-multilingual-v3.0",
 }
 
 
@@ -290,15 +292,20 @@ class Settings:
     #: an auto-started owner that grew past this (after an index of a large tree) exits when idle;
     #: the next command starts a fresh one
     owner_max_rss_mb: float = setting("MOONMIND_OWNER_MAX_RSS_MB", default=1024.0, parse=number(gt=0))
+    #: on: the owner watches every tree it indexed from a local path and re-indexes changed files
+    #: (owner/freshness.py); off: nothing is watched, a search only says when its hits' files changed
+    watch: Literal["on", "off"] = setting("MOONMIND_WATCH", default="on", parse=choice("on", "off"))
 
     # --- embedding -------------------------------------------------------
     embedding_provider: EmbeddingProvider = setting(
-        "MOONMIND_EMBEDDING_PROVIDER", default="static", parse=choice("static", "openai", "google", "ollama")
+        "MOONMIND_EMBEDDING_PROVIDER", default="static", parse=choice("static", "openai", "google", "ollama", "cohere")
     )
     embedding_model: str | None = setting("MOONMIND_EMBEDDING_MODEL", parse=text(), optional=True)
     embedding_dimensions: int | None = setting("MOONMIND_EMBEDDING_DIMENSIONS", parse=integer(gt=0), optional=True)
     embedding_batch_size: int = setting("MOONMIND_EMBEDDING_BATCH_SIZE", default=64, parse=integer(gt=0))
     embedding_timeout_s: float = setting("MOONMIND_EMBEDDING_TIMEOUT_S", default=30.0, parse=number(gt=0))
+    #: USD per million input tokens of the hosted model, for `rag index --dry-run`'s cost (unset: its table of list prices)
+    embedding_price_per_mtok: float | None = setting("MOONMIND_EMBEDDING_PRICE_PER_MTOK", parse=number(ge=0), optional=True)
     google_api_key: Secret | None = setting("GOOGLE_API_KEY", parse=secret, optional=True)
     google_embedding_model: str | None = setting("GOOGLE_EMBEDDING_MODEL", parse=text(), optional=True)
     google_base_url: str = setting(
@@ -307,6 +314,8 @@ class Settings:
     openai_api_key: Secret | None = setting("OPENAI_API_KEY", parse=secret, optional=True)
     openai_base_url: str | None = setting("OPENAI_BASE_URL", parse=text(), blank_is_unset=True)
     ollama_url: str = setting("OLLAMA_URL", default="http://localhost:11434", parse=text())
+    cohere_api_key: Secret | None = setting("COHERE_API_KEY", parse=secret, optional=True)
+    cohere_base_url: str = setting("COHERE_BASE_URL", default="https://api.cohere.ai/compatibility/v1", parse=text())
 
     # --- retrieval -------------------------------------------------------
     top_k: int = setting("RAG_SIMILARITY_TOP_K", default=8, parse=integer(ge=1, le=50))
@@ -331,8 +340,10 @@ class Settings:
     )
     gateway_tokens_file: Path | None = setting("MOONMIND_GATEWAY_TOKENS_FILE", parse=path, optional=True)
     # a connection must deliver a whole request (headers and body) within this long of opening
-    # or of its previous response; idle or trickling connections are closed (gateway_http.py)
+    # or of its previous response; idle or trickling connections are closed (gateway/uvicorn_adapter.py)
     gateway_read_timeout_s: float = setting("MOONMIND_GATEWAY_READ_TIMEOUT_S", default=10.0, parse=number(gt=0, le=600))
+    #: who sees the repositories on /retrieval/status(.html): a bearer token, within its scope (scoped), or anyone (public)
+    gateway_status: Literal["scoped", "public"] = setting("MOONMIND_GATEWAY_STATUS", default="scoped", parse=choice("scoped", "public"))
 
     # --- MCP server ------------------------------------------------------
     #: the workspace `moonmind mcp` reads relative paths against when the client sends no MCP roots
@@ -357,7 +368,7 @@ class Settings:
     broker_visibility_timeout_s: float = setting("MOONMIND_BROKER_VISIBILITY_TIMEOUT_S", default=3600.0, parse=number(gt=0))
     overlay_sweep_interval_s: float = setting("MOONMIND_OVERLAY_SWEEP_INTERVAL_S", default=300.0, parse=number(gt=0))
 
-    # --- observability (metrics.py, observe.py) ---------------------------
+    # --- observability (observe/metrics.py, observe/) --------------------
     statsd_host: str | None = setting("STATSD_HOST", parse=text(), blank_is_unset=True)
     statsd_port: int = setting("STATSD_PORT", default=8125, parse=integer(gt=0, lt=65536))
     statsd_prefix: str = setting("STATSD_PREFIX", default="moonmind", parse=text())
@@ -468,7 +479,7 @@ class Settings:
         """The tenant a command writes to and searches when none is given: MOONMIND_TENANT, else `default`.
 
         Why one place: index, overlay upsert, search and gateway tokens must agree, or a search
-        silently misses what an index wrote under another tenant (issue 19).
+        silently misses what an index wrote under another tenant.
         """
         return self.tenant or DEFAULT_TENANT
 
@@ -503,7 +514,7 @@ class Settings:
     def secrets(self) -> list[str]:
         """Every configured secret value, so output can be scrubbed of them."""
         out = []
-        for s in (self.qdrant_api_key, self.google_api_key, self.openai_api_key, self.retrieval_token):
+        for s in (self.qdrant_api_key, self.google_api_key, self.openai_api_key, self.cohere_api_key, self.retrieval_token):
             if s is not None and s.get_secret_value():
                 out.append(s.get_secret_value())
         return out

@@ -1,9 +1,9 @@
-"""The RetrievalGateway: spec 03's retrieval-only HTTP service (FastAPI app factory).
+"""The RetrievalGateway: the retrieval-only HTTP service (FastAPI app factory).
 
 A thin adapter around `pipeline.retrieve_context_pack`, the same function the
 CLI calls, so both transports return the same pack. It adds only what the
 network needs: bearer-token auth and scope (auth.py), the error envelope with
-spec 03's status codes, and server-side timing. No generative model is called.
+the status codes docs/gateway.md lists, and server-side timing. No generative model is called.
 
 Errors: 400 invalid_query, 401 unauthenticated, 403 forbidden, 408
 latency_budget_exceeded, 413 token_budget_exceeded, 500 retrieval_failed, all
@@ -39,6 +39,7 @@ from starlette.requests import ClientDisconnect
 from .. import observe
 from ..contracts import ContextPack, ErrorEnvelope, HealthStatus, RetrievalQuery, parse_query
 from ..errors import CODES, MoonmindError, codes_that, invalid_query
+from ..retrieval import paging
 from ..settings import Settings, get_settings
 from ..store import Store
 from .auth import TokenRegistry, authorize
@@ -60,7 +61,8 @@ HEALTH_TTL_S = 1.0
 NOT_READY_RETRY_S = 10
 
 _ERRORS = {
-    400: "invalid_query: empty query, bad overlay policy, unknown or bad filters, top_k outside 1-50, malformed JSON",
+    400: "invalid_query: empty query, bad overlay policy, unknown or bad filters, top_k outside 1-50, malformed JSON; "
+         "invalid_argument: a cursor that is malformed or belongs to another search",
     401: "unauthenticated: missing or invalid bearer token",
     403: "forbidden: repo/tenant outside the token's allow-list, or top_k above its limit",
     408: "latency_budget_exceeded: budgets.latency_ms spent; `usage` carries the actual latency",
@@ -105,8 +107,8 @@ def default_concurrency(settings: Settings) -> int:
     """How many retrievals run at once: 1 with the in-process static embedder, 16 with a hosted one.
 
     Why 1: a static-model retrieval is CPU work under the GIL (Qdrant Edge's binding holds it
-    during a query), so a second thread only adds switching; measured on 10,580 chunks, 2 cores:
-    ~200 req/s with one retrieval thread vs ~165 with two and ~145 with four at concurrency 32.
+    during a query), so a second thread only adds switching and lowers throughput (BENCHMARKS.md,
+    "Gateway throughput").
     A hosted embedder spends most of a retrieval waiting on the network, so requests overlap.
     """
     return 1 if settings.embedding_provider == "static" else 16
@@ -195,8 +197,9 @@ def create_app(
             return response
         elif exc.status_code == 404:
             err = MoonmindError("not_found", "No such path.",
-                                "The API is POST /retrieval/context, GET /retrieval/health (readiness) and "
-                                "GET /retrieval/live (liveness); see /docs or /redoc.")
+                                "The API is POST /retrieval/context (and /retrieval/related, /retrieval/symbols), "
+                                "GET /retrieval/health (readiness), GET /retrieval/live (liveness) and "
+                                "GET /retrieval/status (also .html, and the badge.svg); see /docs or /redoc.")
         else:
             err = invalid_query("Bad request.", "See /docs for the API.")
         return _error_response(err, exc.status_code)
@@ -227,10 +230,11 @@ def create_app(
         grant = registry.authenticate(request.headers.get("authorization"))
         query = parse_query(await _read_json(request), fields="json")  # remedies name the body's fields, not CLI flags
         query, scope = authorize(grant, query.model_copy(update={"transport": "gateway"}), settings.top_k)
+        paging.read(query)  # a bad cursor is the caller's 400 invalid_argument, not a failed retrieval
         try:
             if on_loop:
-                # pure CPU, one at a time: a worker thread would only add GIL hand-offs with the loop
-                # (measured: 241 -> 261 req/s at concurrency 32, three alternating runs). The limiter keeps
+                # pure CPU, one at a time: a worker thread would only add GIL hand-offs with the loop,
+                # which costs throughput. The limiter keeps
                 # arrivals in order; yielding after each lets health checks and new connections in.
                 async with retrievals:
                     pack = _retrieve(settings, resources, query, scope, started)
@@ -239,7 +243,24 @@ def create_app(
                 pack = await anyio.to_thread.run_sync(_retrieve, settings, resources, query, scope, started, limiter=retrievals)
         except MoonmindError as err:
             return _error_response(_as_caller_error(err))
+        app.state.last_retrieval = pack.retrieved_at  # the status page's "last retrieval"
         return Response(pack.model_dump_json(), media_type="application/json")
+
+    from .navigation import add_navigation  # POST /retrieval/related and /retrieval/symbols
+
+    add_navigation(app, settings, registry, resources, retrievals, responses, _as_caller_error, _error_response, _read_json)
+
+    async def cached_health() -> tuple[str | None, MoonmindError | None]:
+        """`_health`, checked at most once per HEALTH_TTL_S (health probes and badges may poll often)."""
+        now = time.monotonic()
+        with health_lock:
+            fresh = now - health_cache["at"] < HEALTH_TTL_S
+            cached: tuple[str | None, MoonmindError | None] | None = health_cache["value"] if fresh else None
+        if cached is None:
+            cached = await run_in_threadpool(_health, settings, resources)
+            with health_lock:
+                health_cache.update(at=time.monotonic(), value=cached)
+        return cached
 
     @app.get(
         "/retrieval/health",
@@ -249,15 +270,7 @@ def create_app(
     )
     async def retrieval_health(request: Request) -> JSONResponse:
         """`ok`, or 503 with a coarse reason. Callers with a valid token also get the operator's remedy."""
-        now = time.monotonic()
-        with health_lock:
-            fresh = now - health_cache["at"] < HEALTH_TTL_S
-            cached: tuple[str | None, MoonmindError | None] | None = health_cache["value"] if fresh else None
-        if cached is None:
-            cached = await run_in_threadpool(_health, settings, resources)
-            with health_lock:
-                health_cache.update(at=time.monotonic(), value=cached)
-        reason, err = cached
+        reason, err = await cached_health()
         if reason is None:
             return JSONResponse({"status": "ok"})
         body: dict[str, Any] = {
@@ -283,11 +296,14 @@ def create_app(
     async def retrieval_live() -> JSONResponse:
         """200 whenever this process serves HTTP, with or without a collection (an orchestrator's liveness probe).
 
-        `/retrieval/health` is readiness (spec 03: `ok` only when a search can be served); a fresh
+        `/retrieval/health` is readiness (`ok` only when a search can be served); a fresh
         stack is live but not ready until the first `rag index`.
         """
         return JSONResponse({"status": "up"})
 
+    from .status import add_status  # GET /retrieval/status, /retrieval/status.html, /retrieval/badge.svg
+
+    add_status(app, settings, registry, resources, cached_health)
     _add_docs(app)
 
     def openapi() -> dict:
@@ -352,7 +368,7 @@ async def _read_json(request: Request) -> dict:
             if size > MAX_BODY_BYTES:
                 raise invalid_query(f"Request body over {MAX_BODY_BYTES} bytes.", "Send a shorter query.")
             parts.append(chunk)
-    except ClientDisconnect:  # gone, or cut off by the read deadline (gateway_http.py): nobody to answer
+    except ClientDisconnect:  # gone, or cut off by the read deadline (uvicorn_adapter.py): nobody to answer
         raise MoonmindError("request_timeout", "The client went away before its request arrived whole.",
                             "Send the whole request at once.") from None
     body = b"".join(parts)
@@ -402,23 +418,21 @@ def _through_owner(owner: Owner, settings: Settings, query: RetrievalQuery, scop
 
 
 def _retrieve(settings: Settings, resources, query: RetrievalQuery, scope, started: float) -> ContextPack:
-    from ..owner.client import OwnerGone
     from ..retrieval.pipeline import retrieve_context_pack
+    from .forward import via_box_owner
 
     try:
-        for _ in range(2):  # an owner that goes away mid-request (it stopped) is replaced once
-            owner = resources.box_owner()
-            if owner is None:
-                break
-            try:
-                return _through_owner(owner, settings, query, scope)
-            except OwnerGone:
-                continue
+        served = via_box_owner(resources, lambda owner: _through_owner(owner, settings, query, scope))
+        if served is not None:
+            return served
         embedder, store = resources()
-        # the calling worker caches the pack with its own run's artifacts (commands/rag.py); here it
+        # the calling worker caches the pack with its own run's artifacts (transports/gateway.py); here it
         # would land on the gateway host, where no run's "Context used" is read
         with observe.no_artifacts():
-            return retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope, started=started)
+            pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope, started=started)
+        from ..owner.freshness import annotate
+
+        return annotate(pack, settings)  # as the owner's search says it (owner/ops.py)
     except MoonmindError:
         raise
     except Exception:  # noqa: BLE001 - logged here, generic for the caller

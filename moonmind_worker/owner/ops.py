@@ -1,7 +1,7 @@
 """The operations a command needs from the store, one function each, whichever process runs them.
 
 The owner runs them for its clients (`server`); a one-shot command runs the same
-function in-process when no owner is alive (`client.execute` → `run`). Arguments
+function in-process when no owner is alive (`dispatch.execute` → `run`). Arguments
 and results are JSON (a command prints the result the same way in both cases); the
 arguments carry absolute paths, because the owner's working directory is not the client's.
 """
@@ -9,6 +9,7 @@ arguments carry absolute paths, because the owner's working directory is not the
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
@@ -41,12 +42,45 @@ def search(settings, args: dict[str, Any], progress: Progress = None) -> dict[st
     query = parse_query(args["query"]).model_copy(update={"transport": transport})
     scope = _scope(args.get("scope"))
     embedder, store = _resources(settings)
-    if args.get("record", True):
-        pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope)
-    else:
-        with observe.no_artifacts():  # evaluation queries (and a gateway's) are not context this box's agent used
-            pack = retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope)
+    from .freshness import annotate
+
+    with observe.no_artifacts():  # recorded below, as the caller gets it: with its freshness
+        pack = annotate(retrieve_context_pack(query, settings=settings, embedder=embedder, store=store, scope=scope),
+                        settings)
+    if args.get("record", True):  # evaluation queries (and a gateway's) are not context this box's agent used
+        observe.record_pack(pack, settings)
     return json_dump(pack)
+
+
+def _navigation_query(args: dict[str, Any]):
+    """A related/symbols request's RetrievalQuery and allow-list, validated as a search's are."""
+    from ..contracts import parse_query
+
+    transport = args.get("transport", "direct")
+    if transport not in ("direct", "gateway"):
+        raise MoonmindError("invalid_argument", f"Unknown transport {transport!r}.",
+                            "Use the same moonmind-worker version for the CLI and the owner.")
+    return parse_query(args["query"]).model_copy(update={"transport": transport}), _scope(args.get("scope"))
+
+
+def related(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """A location (RetrievalQuery fields, `query` = PATH#Lx-Ly or a chunk id) → the ContextPack of similar chunks."""
+    from ..contracts import json_dump
+    from ..retrieval.related import related_pack
+
+    query, scope = _navigation_query(args)
+    embedder, store = _resources(settings)
+    return json_dump(related_pack(query, settings=settings, embedder=embedder, store=store, scope=scope))
+
+
+def symbols(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """A name (RetrievalQuery fields, `query` = NAME) → SymbolsResult JSON: where it is defined, then mentioned."""
+    from .. import runtime
+    from ..retrieval.symbols import find_symbols
+
+    query, scope = _navigation_query(args)
+    # no embedder: a payload lookup and a BM25 search, so a one-shot call never loads the model
+    return find_symbols(query, settings=settings, store=runtime.get_store(settings), scope=scope)
 
 
 def _scope(raw: Any):
@@ -70,10 +104,20 @@ def index(settings, args: dict[str, Any], progress: Progress = None) -> dict[str
     root = Path(args["path"])
     if not root.is_dir():
         raise MoonmindError("invalid_argument", f"{args['path']} is not a directory.", "Pass the root of the repository to index.")
+    paths = args.get("paths")  # the owner's watcher re-indexes the files it saw change (freshness.py)
+    if paths is not None and not (isinstance(paths, list) and all(isinstance(p, str) for p in paths)):
+        raise MoonmindError("invalid_argument", "The owner received index paths it does not understand.",
+                            "Use the same moonmind-worker version for the CLI and the owner.")
     embedder, store = _resources(settings)
+    started = time.time()
     summary = index_repository(
         root, repo=args["repo"], tenant=args["tenant"], settings=settings, embedder=embedder, store=store, progress=progress,
+        paths=paths,
     )
+    from . import freshness
+
+    # the owner watches what was indexed from here, and a search checks its hits against it
+    freshness.indexed(settings, root, args["repo"], args["tenant"], started)
     return summary.report().model_dump(mode="json")
 
 
@@ -160,6 +204,13 @@ def sync_embedding(settings, args: dict[str, Any], progress: Progress = None) ->
     return {"result": result.to_dict(), "line": result.plan.line() if args.get("dry_run") else result.line()}
 
 
+def watch_state(settings, args: dict[str, Any], progress: Progress = None) -> dict[str, Any]:
+    """What this process watches and how many re-index passes it ran (owner/freshness.py)."""
+    from .freshness import state
+
+    return state(settings, args)
+
+
 def enqueue(settings, args: dict[str, Any], progress: Progress = None) -> Any:
     """Send a Celery task with the client's broker settings and wait for its result (or return its id).
 
@@ -178,6 +229,8 @@ def enqueue(settings, args: dict[str, Any], progress: Progress = None) -> Any:
 
 OPS: dict[str, Callable[..., Any]] = {
     "search": search,
+    "related": related,
+    "symbols": symbols,
     "index": index,
     "overlay_upsert": overlay_upsert,
     "overlay_clean": overlay_clean,
@@ -188,6 +241,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "chunks": chunks,
     "sync_embedding": sync_embedding,
     "enqueue": enqueue,
+    "freshness": watch_state,
 }
 WRITES = frozenset({"index", "overlay_upsert", "overlay_clean", "sync_embedding"})
 

@@ -20,14 +20,15 @@ from ..embedding import Embedder, normalize_whitespace
 from ..errors import MoonmindError
 from ..ids import telemetry_id, utc_timestamp
 from ..settings import Settings
-from ..store import MatchAny, SearchSpec, SparseVec, Store, Where
+from ..store import MatchAny, SearchSpec, SparseVec, Store, Where, lexstats
 from ..store.guardrails import check_collection
 from ..store.scopes import Scope, canonical_query
 from ..text import lexical
-from . import ranking
-from .budgets import Deadline, check_trimmed, precheck_tokens, trim_to_tokens
+from . import paging, ranking
+from .budgets import Deadline, fit_tokens, precheck_tokens
 from .context_pack import format_context_text, item_from_payload
 from .overlay_plan import plan_search
+from .shaping import shape_items
 
 #: Candidates per branch (dense, BM25): enough for file-level evidence and diversity.
 CANDIDATE_POOL = 80
@@ -35,16 +36,15 @@ CANDIDATE_POOL = 80
 #: Default threshold per embedding model, calibrated so relevant hits pass
 #: (see docs/retrieval.md "Scores"); models not listed use FALLBACK_THRESHOLD.
 THRESHOLDS: dict[str, float] = {
-    # measured: on shared/eval/fastapi.json the best relevant item of every query scores
-    # >= 0.37 and 90% of relevant items in the top 10 score >= 0.245 (BENCHMARKS.md)
-    "moonmind-static-minilm-256": 0.2,
+    # below every query's best relevant item and above a nonsense query (BENCHMARKS.md, calibration)
+    "moonmind-static-code-256": 0.2,
     # hosted models: scaled from their earlier calibration to the ranking formula, not re-measured
     "gemini-embedding-001": 0.36,
     "text-embedding-3-small": 0.28,
 }
 FALLBACK_THRESHOLD = 0.24
 
-#: Above this many characters a query is still processed, with a note (spec 05 US3-2).
+#: Above this many characters a query is still processed, with a note, not refused.
 LONG_QUERY_CHARS = 1000
 
 
@@ -88,7 +88,7 @@ def retrieve_context_pack(
     scope: Scope | None = None,
     started: float | None = None,
 ) -> ContextPack:
-    """FR-005's retrieve_context_pack(query, filters, top_k, budgets): no generative model anywhere.
+    """retrieve_context_pack(query, filters, top_k, budgets): no generative model anywhere.
 
     `scope` is the caller's allow-list (the gateway passes the token's); `started`
     (time.monotonic) lets a server count the time since the request arrived.
@@ -98,15 +98,21 @@ def retrieve_context_pack(
     deadline = Deadline(budgets.latency_ms if budgets else None, started)
     text, notes = prepare_query_text(query.query, settings.max_query_chars)
     top_k = query.top_k or settings.top_k
-    precheck_tokens(text, top_k, settings.chunk_chars, budgets)
+    page = paging.read(query)  # a bad cursor fails before any work
+    shaped = query.locations_only or query.max_lines is not None
+    if not shaped:  # a shaped item is smaller than a full chunk: the best one's own size is checked after retrieval
+        precheck_tokens(text, top_k, settings.chunk_chars, budgets)
     threshold = query.score_threshold if query.score_threshold is not None else default_threshold(settings, embedder.name)
 
-    check_collection(store, embedder)
+    info = check_collection(store, embedder)
     deadline.check("checking the collection")
     qvec = _bounded(lambda d: embedder.embed_query(text, deadline=d) if d else embedder.embed_query(text), deadline, "embedding the query")
     ids, values = lexical.query_vector(text)
+    if ids and lexstats.scoped(info):  # BM25's IDF over the repositories searched, not the collection
+        docs, df = lexstats.frequencies(store, info, query, scope, ids)
+        values = [lexical.idf(docs, n) for n in df]
     where = canonical_query(query, scope)
-    pool = max(top_k * 4, CANDIDATE_POOL)
+    pool = page.window if page else max(top_k * 4, CANDIDATE_POOL)  # a later page ranks its first page's window
     fields = SYMBOL_CANDIDATE_FIELDS if ranking.query_symbols(text) else CANDIDATE_FIELDS
     sparse = SparseVec(ids, values) if ids else None
     specs = [SearchSpec(where=where, limit=pool, dense=qvec, fields=fields, bm25_to=sparse)]
@@ -122,19 +128,19 @@ def retrieve_context_pack(
     ranked = plan.order(ranked)  # overlay items first; shadowed canonical paths already dropped
 
     best_score = max((c.score for c in ranked), default=None)
-    kept = [c for c in ranked if c.score >= threshold][:top_k]
+    above = [c for c in ranked if c.score >= threshold]
+    offset = page.offset if page else 0
+    kept = above[offset:offset + top_k]
     full = {h.id: h.payload for h in store.retrieve([c.id for c in kept])}
     items = [item_from_payload(full[c.id], c.score) for c in kept if c.id in full]
-    truncated = False
-    if budgets and budgets.tokens:
-        before = items
-        items, truncated = trim_to_tokens(items, budgets.tokens)
-        check_trimmed(len(before), items, before[0].token_count if before else 0, budgets, deadline.elapsed_ms())
-        if truncated:
-            notes.append(
-                f"dropped {len(before) - len(items)} lowest-ranked item(s) to fit the token budget of {budgets.tokens}"
-            )
-    if not items:
+    if shaped:  # before the budget, so it counts what the caller receives
+        items = shape_items(items, text, max_lines=query.max_lines, locations_only=query.locations_only)
+    items, truncated = fit_tokens(items, budgets, deadline, notes)
+    shown = _consumed(kept, full, len(items)) if truncated else len(kept)
+    next_cursor = paging.encode(query, offset + shown, pool) if offset + shown < len(above) else None
+    if not items and offset and above:  # a cursor past the end of its list (the index changed since)
+        notes.append(f"this page starts at result {offset + 1}, past the last of this search's {len(above)} results")
+    elif not items:
         if best_score is None:
             notes.append(no_match_note(query, scope, store))
         elif not truncated:
@@ -162,7 +168,24 @@ def retrieve_context_pack(
         best_score=None if best_score is None else round(float(best_score), 6),
         truncated=truncated,
         notes=notes,
+        total_results=len(above),
+        offset=offset,
+        next_cursor=next_cursor,
+        max_lines=query.max_lines,
+        locations_only=query.locations_only,
     )
+
+
+def _consumed(kept: list, full: dict, shown: int) -> int:
+    """How many of the page's candidates the first `shown` items used (a chunk gone since the search counts too)."""
+    used = 0
+    if shown == 0:
+        return 0
+    for n, c in enumerate(kept, 1):
+        used += c.id in full
+        if used == shown:
+            return n
+    return len(kept)
 
 
 #: At most this many repository names in a note (a store may hold many).
@@ -188,11 +211,13 @@ def no_match_note(query: RetrievalQuery, scope: Scope | None, store: Store) -> s
     caller may see are named (its tenant filter and, on the gateway, its token's scope).
     """
     repo = query.filters.repo
-    generic = "no chunks match these filters; check the filters (repo, tenant, run_id, path, language) or index the repository"
+    generic = ("no chunks match these filters; check the filters (repo, tenant, run_id, path, language, resource_type) "
+               "or index the repository")
     if repo is None:
         return generic
     try:
-        unscoped = query.model_copy(update={"filters": query.filters.model_copy(update={"repo": None, "path": None, "language": None})})
+        narrowing = {"repo": None, "path": None, "language": None, "resource_type": None}
+        unscoped = query.model_copy(update={"filters": query.filters.model_copy(update=narrowing)})
         must = canonical_query(unscoped, scope).must
         repos = indexed_repos(store, must)
     except Exception:  # noqa: BLE001 - a note never fails a search
