@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moonmind_worker.contracts import ContextItem
-from moonmind_worker.retrieval.budgets import estimate_pack_tokens
+from moonmind_worker.retrieval.budgets import estimate_pack_tokens, trim_to_tokens
 from moonmind_worker.retrieval.context_pack import (
     ORIGIN,
     fence_for,
@@ -36,7 +36,6 @@ from moonmind_worker.retrieval.context_pack import (
     parse_context_text,
     snippet_body,
 )
-from moonmind_worker.retrieval.pipeline import trim_to_tokens
 from moonmind_worker.settings import Settings
 from moonmind_worker.text.chunking import chunk_text
 
