@@ -8,10 +8,13 @@ layers below depend on the one above.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Any
 
 from .errors import MoonmindError
+
+TYPE_CHECKING = False  # annotations only: a one-shot CLI call imports this, and no `typing` (see cli/main.py)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 #: Inside a job (MOONMIND_JOB_ID set by `job start`), these exported scope fields are a ceiling.
 JOB_CEILING = ("tenant", "run_id")
@@ -86,6 +89,8 @@ def expect_keys(data: Any, keys: tuple[str, ...], what: str) -> dict[str, Any]:
 
 def default_root(start: Path | None = None) -> Path:
     """The enclosing git work tree (paths are stored relative to it, like the index), else the current directory."""
+    from pathlib import Path
+
     here = (start or Path.cwd()).resolve()
     for d in (here, *here.parents):
         if (d / ".git").exists():
