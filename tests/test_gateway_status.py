@@ -145,7 +145,7 @@ def test_a_headless_browser_shows_the_status_page_of_a_real_gateway(public_gatew
     dom = dump_dom(public_gateway.url + "/retrieval/status.html", tmp_path / "profile")
     assert '<h1 id="headline">RAG ready</h1>' in dom
     assert "<td>demo</td><td>acme</td><td>4</td>" in dom  # repository, tenant, files
-    assert "moonmind-static-code-256" in dom and "fresh, just now" in dom
+    assert "moonmind-static-code-256" in dom and "fresh, " in dom  # the age depends on when the shared index was built
     assert 'src="badge.svg"' in dom
 
 
