@@ -9,8 +9,10 @@ import signal
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 import httpx
 
@@ -130,3 +132,21 @@ def overlay_in_process(home: Path, root: Path, paths: list[str], runs: list[tupl
                            settings=settings, embedder=embedder, store=store)
     finally:
         store.close()
+
+
+@contextmanager
+def scoped_client(repos: list[str], tenants: list[str]) -> Iterator[tuple[Any, str]]:
+    """The gateway app in process (FastAPI's TestClient) and a new bearer token scoped to `repos` × `tenants`."""
+    from fastapi.testclient import TestClient
+
+    from moonmind_worker.contracts import TokenGrant
+    from moonmind_worker.gateway.app import create_app
+    from moonmind_worker.gateway.auth import add_token as add_grant
+    from moonmind_worker.gateway.auth import hash_token, new_token
+    from moonmind_worker.settings import get_settings
+
+    settings = get_settings()
+    token = new_token()
+    add_grant(settings.tokens_file, TokenGrant(name="w", hash=hash_token(token), repos=repos, tenants=tenants))
+    with TestClient(create_app(settings)) as client:
+        yield client, token

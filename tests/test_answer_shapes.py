@@ -96,17 +96,9 @@ def test_a_bad_shape_is_an_invalid_query_naming_the_fix(fields, named):
 
 @pytest.fixture
 def gateway(prebuilt):
-    from fastapi.testclient import TestClient
+    from gateway_helpers import scoped_client
 
-    from moonmind_worker.contracts import TokenGrant
-    from moonmind_worker.gateway.app import create_app
-    from moonmind_worker.gateway.auth import add_token, hash_token, new_token
-    from moonmind_worker.settings import get_settings
-
-    settings = get_settings()
-    token = new_token()
-    add_token(settings.tokens_file, TokenGrant(name="w", hash=hash_token(token), repos=["demo"], tenants=["acme"]))
-    with TestClient(create_app(settings)) as client:
+    with scoped_client(["demo"], ["acme"]) as (client, token):
         yield client, {"Authorization": f"Bearer {token}"}
 
 

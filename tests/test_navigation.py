@@ -268,17 +268,9 @@ def _nav_template(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def gateway(nav_home):
-    from fastapi.testclient import TestClient
+    from gateway_helpers import scoped_client
 
-    from moonmind_worker.contracts import TokenGrant
-    from moonmind_worker.gateway.app import create_app
-    from moonmind_worker.gateway.auth import add_token, hash_token, new_token
-    from moonmind_worker.settings import get_settings
-
-    settings = get_settings()
-    token = new_token()
-    add_token(settings.tokens_file, TokenGrant(name="w", hash=hash_token(token), repos=["nav"], tenants=["acme"]))
-    with TestClient(create_app(settings)) as client:
+    with scoped_client(["nav"], ["acme"]) as (client, token):
         yield client, {"Authorization": f"Bearer {token}"}
 
 
