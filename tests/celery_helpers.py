@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from moonmind_worker.transports.queue_client import CONSUMERS_KEY
 
@@ -106,3 +108,47 @@ def purge(*queues: str) -> None:
     r = redis()
     for q in queues:
         r.delete(*queue_keys(q))
+
+
+def socket_of(home: Path) -> Path:
+    """The owner's socket for the default collection under MOONMIND_HOME `home`."""
+    return home / "qdrant-edge" / "moonmind__repo" / "owner.sock"
+
+
+def wait_for_socket(home: Path, proc: subprocess.Popen, timeout: float = 60.0, log: Path | None = None) -> Path:
+    """The owner's socket once `proc` (a worker, gateway or `moonmind serve`) has created it."""
+    path = socket_of(home)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return path
+        if proc.poll() is not None:
+            raise AssertionError(f"the owner exited with {proc.returncode}" + (f":\n{log.read_text()[-3000:]}" if log else ""))
+        time.sleep(0.05)
+    raise AssertionError("the owner never created its socket" + (f":\n{log.read_text()[-3000:]}" if log else ""))
+
+
+@contextmanager
+def solo_worker(app: str, app_dir: Path, env: dict[str, str], home: Path, log_dir: Path,
+                name: str) -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
+    """`celery -A app worker --pool solo` on fresh queues with `app_dir` importable, once it consumes and owns the store.
+
+    Yields (process, search queue, index queue, log); stops it and purges its queues after.
+    """
+    sq, iq = unique_queues()
+    e = queue_env(env, sq, iq)
+    e["PYTHONPATH"] = os.pathsep.join([str(app_dir), str(ROOT)])
+    log = log_dir / "worker.log"
+    proc = subprocess.Popen(
+        [CELERY, "-A", app, "worker", "-Q", f"{sq},{iq}", "--pool", "solo", "-l", "INFO", "--without-gossip",
+         "--without-mingle", "-n", f"{name}-{sq}@%h"],
+        env=e, cwd=log_dir, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        wait_for_consumer(sq, proc=proc)
+        wait_for_socket(home, proc, log=log)
+        yield proc, sq, iq, log
+    finally:
+        stop(proc)
+        purge(sq, iq)
+

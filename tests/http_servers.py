@@ -214,3 +214,15 @@ class SilentServer:
         for c in self._held:
             c.close()
         self._sock.close()
+
+
+def raw_exchange(port: int, data: bytes, wait_s: float = 10.0) -> bytes:
+    """What a server on loopback sends back on a fresh connection after `data`, until it closes (a server
+    that holds the connection past `wait_s` fails the test with a socket timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
+        if data:
+            s.sendall(data)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)

@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from celery_helpers import BACKEND, BROKER, CELERY, ROOT, purge, queue_env, stop, unique_queues, wait_for_consumer
+from celery_helpers import BACKEND, BROKER, ROOT, solo_worker
 from conftest import FIXTURE_FILES, MOONMIND, write_tree
 
 EXAMPLES = ROOT / "docs" / "examples"
@@ -82,26 +81,8 @@ def test_the_overlay_recipe_overlays_modified_untracked_and_deleted_files(cli, e
 @pytest.fixture
 def example_worker(env, home, tmp_path):
     """`celery -A rag_job worker --pool solo` with docs/examples on PYTHONPATH, as the module's docstring says."""
-    sq, iq = unique_queues()
-    e = queue_env(env, sq, iq)
-    e["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT)])
-    log = tmp_path / "worker.log"
-    proc = subprocess.Popen(
-        [CELERY, "-A", "rag_job", "worker", "-Q", f"{sq},{iq}", "--pool", "solo", "-l", "INFO", "--without-gossip",
-         "--without-mingle", "-n", f"examples-{sq}@%h"],
-        env=e, cwd=tmp_path, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        wait_for_consumer(sq, proc=proc)
-        sock = home / "qdrant-edge" / "moonmind__repo" / "owner.sock"
-        deadline = time.monotonic() + 60
-        while not sock.exists() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert sock.exists(), log.read_text()[-3000:]
+    with solo_worker("rag_job", EXAMPLES, env, home, tmp_path, "examples") as (_, sq, _, log):
         yield sq, log
-    finally:
-        stop(proc)
-        purge(sq, iq)
 
 
 @pytest.mark.slow

@@ -18,9 +18,8 @@ from typing import Any, Callable
 
 import pytest
 
-from celery_helpers import stop
+from celery_helpers import stop, wait_for_socket
 from conftest import MOONMIND, write_tree
-from test_owner import wait_for_socket
 
 #: The issue's bound: an edit is searchable this soon after it is saved.
 FRESH_WITHIN_S = 2.0

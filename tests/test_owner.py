@@ -18,26 +18,22 @@ from pathlib import Path
 
 import pytest
 
-from celery_helpers import CELERY, ROOT, purge, queue_env, redis, stop, unique_queues, wait_for_consumer
+from celery_helpers import (
+    CELERY,
+    ROOT,
+    purge,
+    queue_env,
+    redis,
+    socket_of,
+    solo_worker,
+    stop,
+    unique_queues,
+    wait_for_consumer,
+    wait_for_socket,
+)
 from conftest import MOONMIND, write_tree
 
 QUERY = ("rag", "search", "--query", "where is the bearer token checked", "--filters", "repo=demo", "tenant=acme")
-
-
-def socket_of(home: Path) -> Path:
-    return home / "qdrant-edge" / "moonmind__repo" / "owner.sock"
-
-
-def wait_for_socket(home: Path, proc: subprocess.Popen, timeout: float = 60.0) -> Path:
-    path = socket_of(home)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            return path
-        if proc.poll() is not None:
-            raise AssertionError(f"the owner exited with {proc.returncode}")
-        time.sleep(0.05)
-    raise AssertionError("the owner never created its socket")
 
 
 def start_owner(env: dict[str, str], home: Path, *args: str) -> subprocess.Popen:
@@ -371,25 +367,11 @@ def run_job(self, manifest, workspace):
 
 @pytest.fixture
 def job_worker(indexed, env, home, tmp_path):
-    sq, iq = unique_queues()
     app_dir = tmp_path / "jobapp"
     app_dir.mkdir()
     (app_dir / "jobapp.py").write_text(JOB_APP)
-    e = queue_env(env, sq, iq)
-    e["PYTHONPATH"] = os.pathsep.join([str(app_dir), str(ROOT)])
-    log = tmp_path / "worker.log"
-    proc = subprocess.Popen(
-        [CELERY, "-A", "jobapp", "worker", "-Q", f"{sq},{iq}", "--pool", "solo", "-l", "INFO", "--without-gossip",
-         "--without-mingle", "-n", f"owner-{sq}@%h"],
-        env=e, cwd=tmp_path, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        wait_for_consumer(sq, proc=proc)
-        wait_for_socket(home, proc)
-        yield proc, sq, iq, log
-    finally:
-        stop(proc)
-        purge(sq, iq)
+    with solo_worker("jobapp", app_dir, env, home, tmp_path, "owner") as worker:
+        yield worker
 
 
 @pytest.mark.slow

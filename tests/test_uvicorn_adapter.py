@@ -23,6 +23,8 @@ from uvicorn.supervisors import Multiprocess
 from moonmind_worker.gateway import uvicorn_adapter
 from moonmind_worker.gateway.http import BAD_REQUEST
 
+from http_servers import raw_exchange
+
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 0.25
 
@@ -93,20 +95,9 @@ def server():
     sock.close()
 
 
-def exchange(port: int, data: bytes) -> bytes:
-    """Everything the server sends on a fresh connection after `data`, until it closes."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        if data:
-            s.sendall(data)
-        chunks = []
-        while chunk := s.recv(65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-
 def test_bytes_that_are_not_http_get_the_envelope_through_send_400_response(server):
     port, _ = server
-    assert exchange(port, b"GARBAGE\r\n\r\n") == BAD_REQUEST
+    assert raw_exchange(port, b"GARBAGE\r\n\r\n") == BAD_REQUEST
 
 
 def test_a_silent_connection_is_counted_then_answered_408_and_closed_at_the_deadline(server):
@@ -123,14 +114,14 @@ def test_a_silent_connection_is_counted_then_answered_408_and_closed_at_the_dead
 def test_a_trickling_body_is_cut_off_and_the_reading_app_sees_the_client_gone(server):
     port, seen = server
     seen.clear()
-    data = exchange(port, b"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"query\"")
+    data = raw_exchange(port, b"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"query\"")
     assert data.startswith(b"HTTP/1.1 408")
     until(lambda: seen == [{"type": "http.disconnect"}])
 
 
 def test_an_answer_already_started_is_not_cut_into_by_the_deadline(server):
     port, _ = server
-    data = exchange(port, b"POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"query\"")
+    data = raw_exchange(port, b"POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"query\"")
     assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"\r\n\r\nok") and b"408" not in data
 
 

@@ -51,14 +51,9 @@ def _error(r: httpx.Response) -> dict:
 def _raw(gw, data: bytes, wait_s: float = 10.0) -> bytes:
     """What the server sends back on a fresh connection after `data`, until it closes (a server that
     holds the connection past `wait_s` fails the test with a socket timeout)."""
-    port = int(gw.url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
-        if data:
-            s.sendall(data)
-        chunks = []
-        while chunk := s.recv(65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
+    from http_servers import raw_exchange
+
+    return raw_exchange(int(gw.url.rsplit(":", 1)[1]), data, wait_s)
 
 
 def _logged(gw, token: str) -> None:
