@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from moonmind_worker.indexing.points import titled_text
-from moonmind_worker.text.chunking import chunk_text, language_of
+from moonmind_worker.text.chunking import Chunk, chunk_text, language_of
 from moonmind_worker.text.files import read_text, walk
 
 CODE_LANGUAGES = frozenset({"python", "javascript", "typescript", "go", "rust", "ruby", "php", "c", "cpp",
@@ -136,14 +136,12 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def mine(root: Path, source: str, cap: int, seed: int) -> list[Pair]:
+def mine(root: Path, source: str, cap: int, seed: int, negatives: bool = False) -> list[Pair]:
     """At most `cap` pairs of one source, a seeded sample when it has more (big sources do not drown small ones).
 
-    Each pair gets a hard negative where one exists: a chunk of another file of the same source that
-    names what the positive's chunk defines without defining it (an import list, a call site, a
-    re-export). A search is scoped to one repository, where such a file is the usual wrong answer.
+    `negatives`: each pair also gets a hard negative where one exists (`_hard_negative`).
     """
-    chunks: list[tuple[str, object]] = []  # (path, chunk) of every code chunk of the source
+    chunks: list[tuple[str, Chunk]] = []  # (path, chunk) of every code chunk of the source
     found: list[tuple[int, Pair]] = []
     seen: set[str] = set()
     for rel, full in walk(root):
@@ -161,23 +159,31 @@ def mine(root: Path, source: str, cap: int, seed: int) -> list[Pair]:
     found.sort(key=lambda t: _digest(t[1].query + t[1].positive))
     random.Random(seed).shuffle(found)
     found = found[:cap]
+    if not negatives:
+        return [pair for _, pair in found]
     mentions: dict[str, list[int]] = {}
     for i, (_, chunk) in enumerate(chunks):
-        for name in set(_IDENT.findall(chunk.text)):  # type: ignore[attr-defined]
+        for name in set(_IDENT.findall(chunk.text)):
             mentions.setdefault(name, []).append(i)
-    out = []
-    for i, pair in found:
-        path, chunk = chunks[i]
-        names = set(_IDENT.findall(chunk.section_title))  # type: ignore[attr-defined]
-        candidates = {j for name in names for j in mentions.get(name, ())
-                      if chunks[j][0] != path and not names & set(_IDENT.findall(chunks[j][1].section_title))}  # type: ignore[attr-defined]
-        negative = ""
-        if candidates:
-            j = min(candidates, key=lambda j: _digest(f"{seed}:{chunks[j][0]}:{chunks[j][1].chunk_sequence}"))  # type: ignore[attr-defined]
-            npath, nchunk = chunks[j]
-            negative = titled_text(npath, nchunk.section_title, nchunk.text)  # type: ignore[attr-defined]
-        out.append(Pair(pair.query, pair.positive, pair.source, pair.language, negative))
-    return out
+    return [Pair(pair.query, pair.positive, pair.source, pair.language, _hard_negative(i, chunks, mentions, seed))
+            for i, pair in found]
+
+
+def _hard_negative(i: int, chunks: list[tuple[str, Chunk]], mentions: dict[str, list[int]], seed: int) -> str:
+    """A chunk of another file that names what chunk `i` defines without defining it, or "".
+
+    Why: a search is scoped to one repository, where such a file (an import list, a call site, a
+    re-export) is the usual wrong answer, and in-batch negatives from other repositories never are.
+    """
+    path, chunk = chunks[i]
+    names = set(_IDENT.findall(chunk.section_title))
+    candidates = {j for name in names for j in mentions.get(name, ())
+                  if chunks[j][0] != path and not names & set(_IDENT.findall(chunks[j][1].section_title))}
+    if not candidates:
+        return ""
+    j = min(candidates, key=lambda j: _digest(f"{seed}:{chunks[j][0]}:{chunks[j][1].chunk_sequence}"))
+    npath, nchunk = chunks[j]
+    return titled_text(npath, nchunk.section_title, nchunk.text)
 
 
 def write_jsonl(pairs: list[Pair], path: Path) -> None:

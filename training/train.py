@@ -38,13 +38,13 @@ def say(msg: str) -> None:
     sys.stderr.flush()
 
 
-def build_pairs(cap: int, seed: int) -> list:
+def build_pairs(cap: int, seed: int, negatives: bool = False) -> list:
     from .pairs import mine, write_jsonl
     from .sources import fetch_all
 
     pairs = []
     for corpus, root in fetch_all(say):
-        found = mine(root, corpus.repo, cap, seed)
+        found = mine(root, corpus.repo, cap, seed, negatives)
         say(f"{corpus.language:<10} {corpus.repo:<24} {len(found):>6} pairs")
         pairs.extend(found)
     write_jsonl(pairs, WORK / f"pairs-cap{cap}-seed{seed}.jsonl")  # what was trained on, to inspect or reuse
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace, base: Path, began: float) -> int:
 
         pairs = read_jsonl(Path(args.pairs))
     else:
-        pairs = build_pairs(args.cap, args.seed)
+        pairs = build_pairs(args.cap, args.seed, args.hard_negatives)
     mined = time.monotonic() - began
     by_language = Counter(p.language for p in pairs)
     table = train(pairs, base=base, seed=args.seed, epochs=args.epochs, batch=args.batch, lr=args.lr,
