@@ -8,8 +8,7 @@ a tool error carrying the `{"error": {"code", "message", "action"}}` envelope.
 
 No second pipeline: `search` goes through `transports.search` (the gateway when
 MOONMIND_RETRIEVAL_URL is set, else the box's warm owner or this process one-shot), and
-`index`, `overlay_upsert` and `stats` through `owner.dispatch.execute`, as the CLI's
-commands do. A one-shot call releases the embedded store right after, so this long-lived
+`index`, `overlay_upsert` and `stats` through `operations`, as the CLI's commands do. A one-shot call releases the embedded store right after, so this long-lived
 process never keeps the store locked from the user's own commands.
 
 Every request gets an answer: stdin is read by `_read_frames`, in front of the SDK's own reader,
@@ -188,7 +187,7 @@ def index(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[s
 
     `progress(done, total, chunks)` reaches the client as MCP progress notifications when it asked for them.
     """
-    from .owner.dispatch import execute
+    from . import operations
 
     settings = _settings()
     path, repo = _string(args, "path"), _string(args, "repo")
@@ -205,23 +204,21 @@ def index(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[s
         raise _bad(f"Refusing to index {root}: it is {wide}, not a repository.",
                    "Pass the root of one repository (absolute, or relative to the workspace root), "
                    "or force: true to index it all the same.")
-    request = {"path": str(root), "repo": repo, "tenant": _string(args, "tenant") or settings.scope_tenant}
-    if force:
-        request["force"] = True
-    report = execute(settings, "index", request, progress=progress)
+    report = operations.index(settings, {"path": str(root), "repo": repo, "tenant": _string(args, "tenant") or settings.scope_tenant},
+                              progress=progress)
     return [report["line"]], {k: v for k, v in report.items() if k != "line"}
 
 
 def _known_paths(settings: Any, repo: str, tenant: str, run_id: str) -> set[str]:
     """The paths a tombstone can hide: the repository's indexed files (in `tenant`) and this run's overlaid ones."""
-    from .owner.dispatch import execute
+    from . import operations
 
     known: set[str] = set()
     try:
-        if execute(settings, "chunks", {"repo": repo, "tenant": tenant})["chunks"]:
-            stats = execute(settings, "stats", {"repo": repo, "tenant": tenant, "root": None})["stats"]
+        if operations.chunk_count(settings, repo=repo, tenant=tenant):
+            stats = operations.stats(settings, repo=repo, tenant=tenant)["stats"]
             known.update(f["path"] for f in stats["files"])
-        known.update(row["path"] for row in execute(settings, "overlay_list", {"run_id": run_id})
+        known.update(row["path"] for row in operations.overlay_list(settings, run_id=run_id)
                      if row.get("repo") == repo and row.get("tenant") == tenant and not row.get("expired"))
     except MoonmindError as err:
         if err.code != "collection_missing":  # nothing indexed yet: nothing to hide
@@ -255,8 +252,8 @@ def _check_missing(paths: list[str], root: Path, settings: Any, repo: str, tenan
 
 def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """Upsert edited files into this run's overlay: the OverlayReport."""
+    from . import operations
     from .entry import default_root
-    from .owner.dispatch import execute
 
     settings = _settings()
     paths = args["paths"]
@@ -279,11 +276,10 @@ def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str
             raise _bad(f"No {name} given.", f"Pass {name}, or set {env} in the server's environment.")
     tenant = _string(args, "tenant") or settings.scope_tenant
     _check_missing(files, root, settings, cast(str, repo), tenant, cast(str, run_id))
-    request = {
+    report = operations.overlay_upsert(settings, {
         "paths": [str(Path(f).resolve()) for f in files], "root": str(root), "ttl": _string(args, "ttl") or "24h",
         "run_id": run_id, "repo": repo, "tenant": tenant,
-    }
-    report = execute(settings, "overlay_upsert", request)
+    })
     lines = [report["line"]]
     lines += [f"skipped {s['path']}: {s['reason']}" for s in report.get("skipped", [])]
     lines += [f"tombstoned {rel}: its indexed chunks are hidden for run {report['run_id']}" for rel in report.get("tombstones", [])]
@@ -292,13 +288,13 @@ def overlay_upsert(args: dict[str, Any], progress: Any = None) -> tuple[list[str
 
 def stats(args: dict[str, Any], progress: Any = None) -> tuple[list[str], dict[str, Any]]:
     """What the index holds for a repository (`moonmind rag stats`)."""
-    from .owner.dispatch import execute
+    from . import operations
 
     settings = _settings()
     repo = _string(args, "repo") or settings.repo
     if not repo:
         raise _bad("No repository given.", 'Pass {"repo": "myrepo"} or set MOONMIND_REPO in the server\'s environment.')
-    out = execute(settings, "stats", {"repo": repo, "tenant": _string(args, "tenant") or settings.tenant, "root": None})
+    out = operations.stats(settings, repo=repo, tenant=_string(args, "tenant") or settings.tenant)
     return [out["text"]], out["stats"]
 
 

@@ -64,14 +64,14 @@ def cmd_upsert(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..owner.dispatch import execute
+    from .. import operations
 
     # validated where it runs (owner or here, `owner.ops.overlay_upsert`), before anything is written
-    request = {
+    report = operations.overlay_upsert(settings, {
         "paths": paths, "root": str(root.resolve()), "ttl": args.ttl, "run_id": args.run_id or settings.run_id,
         "repo": args.repo or settings.repo, "tenant": args.tenant or settings.scope_tenant,
-    }
-    return print_overlay_report(execute(settings, "overlay_upsert", request), args)
+    })
+    return print_overlay_report(dict(report), args)
 
 
 def print_overlay_report(report: dict, args: argparse.Namespace) -> int:
@@ -140,9 +140,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
         if args.no_wait:
             raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.",
                                 "Add --execution queue or drop --no-wait.")
-        from ..owner.dispatch import execute
+        from .. import operations
 
-        removed = int(execute(settings, "overlay_clean", {"run_id": run_id, "expired": args.expired})["removed"])
+        removed = int(operations.overlay_clean(settings, run_id=run_id, expired=args.expired)["removed"])
     what = "expired overlay points" if args.expired else f"overlay points of run {run_id}"
     if args.json:
         sys.stdout.write(json.dumps({"removed": removed, "run_id": run_id, "expired": args.expired}) + "\n")
@@ -152,12 +152,12 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from ..owner.dispatch import execute
+    from .. import operations
     from ..settings import get_settings
     from .main import note
 
     settings = get_settings()
-    rows = execute(settings, "overlay_list", {"run_id": args.run_id or settings.run_id})
+    rows = operations.overlay_list(settings, run_id=args.run_id or settings.run_id)
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0

@@ -38,8 +38,8 @@ def register(groups: dict) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from .. import operations
     from ..contracts import TOP_K_MAX, TOP_K_MIN
-    from ..owner.dispatch import execute
     from ..retrieval.evaluation import format_report, load_queries, run_eval
     from ..settings import get_settings
 
@@ -56,10 +56,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             filters["repo"] = repo
         if settings.tenant:
             filters["tenant"] = settings.tenant
-        request = {"query": q.query, "top_k": top_k, "filters": filters, "score_threshold": args.score_threshold}
         # through the box's owner when one is alive (its latency is what agents get), else in this process;
-        # `record: False`: evaluation queries are not context an agent used
-        pack = execute(settings, "search", {"query": request, "record": False})
+        # `record=False`: evaluation queries are not context an agent used
+        pack = operations.search(settings, {"query": q.query, "top_k": top_k, "filters": filters,
+                                            "score_threshold": args.score_threshold}, record=False)
         return [item["source"] for item in pack["items"]]
 
     report = run_eval(queries, search, k=args.k, top_k=top_k)
@@ -71,15 +71,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from ..owner.dispatch import execute
+    from .. import operations
     from ..settings import get_settings
 
     settings = get_settings()
     root = Path(args.root) if args.root else None
     if root is not None and not root.is_dir():
         raise MoonmindError("invalid_argument", f"{args.root} is not a directory.", "Pass the indexed tree's root.")
-    request = {"repo": args.repo, "tenant": args.tenant or settings.tenant, "root": str(root.resolve()) if root else None}
-    out = execute(settings, "stats", request)
+    out = operations.stats(settings, repo=args.repo, tenant=args.tenant or settings.tenant,
+                           root=str(root.resolve()) if root else None)
     if args.json:
         sys.stdout.write(json.dumps(out["stats"], indent=2) + "\n")
     else:
@@ -88,11 +88,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_repos(args: argparse.Namespace) -> int:
-    from ..owner.dispatch import execute
+    from .. import operations
     from ..settings import get_settings
 
     settings = get_settings()
-    out = execute(settings, "repos", {"tenant": args.tenant or settings.tenant})
+    out = operations.repos(settings, tenant=args.tenant or settings.tenant)
     if args.json:
         sys.stdout.write(json.dumps(out["repos"], indent=2) + "\n")
     else:

@@ -363,17 +363,17 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.no_wait:
         raise MoonmindError("invalid_argument", "--no-wait only applies to --execution queue.", "Add --execution queue or drop --no-wait.")
 
-    from ..owner.dispatch import execute
+    from .. import operations
 
     root = Path(args.path)
     if not root.is_dir():
         raise MoonmindError("invalid_argument", f"{args.path} is not a directory.", "Pass the root of the repository to index.")
-    request = {"path": str(root.resolve()), "repo": args.repo, "tenant": tenant}
     progress = index_progress(settings)
     try:
-        report = execute(settings, "index", request, progress=progress)
+        report = operations.index(settings, {"path": str(root.resolve()), "repo": args.repo, "tenant": tenant},
+                                  progress=progress)
     except BaseException:
         progress.close(final=False)
         raise
     progress.close()  # the progress ends right before the summary
-    return print_index_report(report, args)
+    return print_index_report(dict(report), args)

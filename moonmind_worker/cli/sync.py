@@ -22,14 +22,14 @@ def register(groups: dict) -> None:
 
 
 def cmd_sync_embedding(args: argparse.Namespace) -> int:
-    from ..owner.dispatch import execute
+    from .. import operations
     from ..settings import get_settings
     from .progress import reporter
 
     settings = get_settings()
-    out = execute(
-        settings, "sync_embedding", {"collection": args.collection, "dry_run": args.dry_run},
-        collection=args.collection, progress=reporter(unit="chunks re-embedded", interval_s=settings.progress_interval_s),
+    out = operations.sync_embedding(
+        settings, collection=args.collection, dry_run=args.dry_run,
+        progress=reporter(unit="chunks re-embedded", interval_s=settings.progress_interval_s),
     )
     if args.json:
         sys.stdout.write(json.dumps(out["result"], indent=2) + "\n")

@@ -76,10 +76,10 @@ def resolve_capability(report, gateway_only: bool = False) -> tuple[str | None, 
 
 def _indexed_or_why(settings: Settings, repo: str, tenant: str | None) -> tuple[str | None, str | None, str | None]:
     """(capability, reason, remedy): RAG is available for a job only when its repository holds chunks."""
-    from moonmind_worker.owner.dispatch import execute
+    from moonmind_worker import operations
 
     try:
-        held = int(execute(settings, "chunks", {"repo": repo, "tenant": tenant})["chunks"])
+        held = operations.chunk_count(settings, repo=repo, tenant=tenant)
     except MoonmindError as err:
         return None, f"collection: {err.message}", err.action
     if held:
@@ -214,9 +214,9 @@ def _clean_run(run_id: str, settings: Settings, enqueue=None) -> dict[str, Any]:
 
 def clean_overlay_now(run_id: str, settings: Settings) -> dict[str, Any]:
     """Remove the run's overlay now: through the box's owner (started if need be), or in this process."""
-    from moonmind_worker.owner.dispatch import execute
+    from moonmind_worker import operations
 
-    out = execute(settings, "overlay_clean", {"run_id": run_id, "expired": False})
+    out = operations.overlay_clean(settings, run_id=run_id)
     return {"removed": int(out["removed"]), "run_id": run_id}
 
 

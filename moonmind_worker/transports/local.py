@@ -1,6 +1,6 @@
 """Retrieval on this box: the warm owner of the embedded store when one is alive, else this process.
 
-Either way the same function (`owner.ops.search`) runs the pipeline, so the pack is the
+Either way the same operation (`operations.search`) runs the pipeline, so the pack is the
 same; through the owner, this process imports nothing but the standard library.
 """
 
@@ -10,10 +10,6 @@ TYPE_CHECKING = False  # annotations only: the thin client's path imports no `ty
 if TYPE_CHECKING:
     from typing import Any
 
-#: Extra wait past a latency budget, so the owner's own latency_budget_exceeded (with its measurement) arrives.
-GRACE_S = 0.5
-
-
 class LocalTransport:
     name = "local"
 
@@ -21,27 +17,15 @@ class LocalTransport:
         self.settings = settings
 
     def search(self, request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-        from ..owner.dispatch import execute
+        from .. import operations
 
-        # the caller's own RAG_SIMILARITY_TOP_K / RAG_SCORE_THRESHOLD, not the owner's: a job's environment
-        # decides its searches' defaults whichever process runs them (one-shot reads the same values)
-        fields_set = self.settings.model_fields_set
-        for key in ("top_k", "score_threshold"):
-            if request.get(key) is None and key in fields_set:
-                request = {**request, key: getattr(self.settings, key)}
-        budgets = request.get("budgets") or {}
-        if timeout_s is None and budgets.get("latency_ms"):
-            timeout_s = budgets["latency_ms"] / 1000 + GRACE_S
-        return execute(self.settings, "search", {"query": request}, timeout_s=timeout_s)
-
+        return operations.search(self.settings, request, timeout_s=timeout_s)  # type: ignore[arg-type,return-value]
 
     def navigate(self, op: str, request: dict[str, Any]) -> dict[str, Any]:
-        """`related` / `symbols` (owner/ops.py) with the caller's own RAG_SIMILARITY_TOP_K, as a search has."""
-        from ..owner.dispatch import execute
+        """`related` or `symbols` (`operations`), as a search runs."""
+        from .. import operations
 
-        if request.get("top_k") is None and "top_k" in self.settings.model_fields_set:
-            request = {**request, "top_k": self.settings.top_k}
-        return execute(self.settings, op, {"query": request})
+        return (operations.related if op == "related" else operations.symbols)(self.settings, request)  # type: ignore[arg-type,return-value]
 
 
 def local_available(settings: Any) -> bool:

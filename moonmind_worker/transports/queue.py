@@ -32,13 +32,10 @@ def enqueue(task: str, kwargs: dict[str, Any], *, queue: str, timeout_s: float |
             settings: Any = None, progress: Any = None) -> Any:
     """`queue_client.run_task` run by the box's warm owner when one is up (Celery loaded, connections open),
     else in this process; with the caller's broker settings either way."""
-    from ..owner.dispatch import execute
+    from .. import operations
 
     if settings is None:
         from ..settings import get_settings
 
         settings = get_settings()
-    args = {"task": task, "kwargs": kwargs, "queue": queue, "timeout_s": timeout_s, "wait": wait,
-            "progress": progress is not None}
-    return execute(settings, "enqueue", args, timeout_s=None if timeout_s is None else timeout_s + 5.0,
-                   start_owner=False, progress=progress)
+    return operations.enqueue(settings, task, kwargs, queue=queue, timeout_s=timeout_s, wait=wait, progress=progress)
