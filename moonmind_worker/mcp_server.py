@@ -8,7 +8,8 @@ a tool error carrying the `{"error": {"code", "message", "action"}}` envelope.
 
 No second pipeline: `search` goes through `transports.search` (the gateway when
 MOONMIND_RETRIEVAL_URL is set, else the box's warm owner or this process one-shot), and
-`index`, `overlay_upsert` and `stats` through `operations`, as the CLI's commands do. A one-shot call releases the embedded store right after, so this long-lived
+`index`, `overlay_upsert` and `stats` through `operations`, as the CLI's commands do.
+A one-shot call releases the embedded store right after, so this long-lived
 process never keeps the store locked from the user's own commands.
 
 Every request gets an answer: stdin is read by `_read_frames`, in front of the SDK's own reader,
