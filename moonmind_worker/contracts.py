@@ -7,6 +7,7 @@ the retriever reads it, so the two can never disagree about a field name.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -371,36 +372,9 @@ def plainly_valid_query(data: Any) -> RetrievalQuery | None:
         return None
     values: dict[str, Any] = {}
     for key, v in data.items():
-        if key == "query":
-            if type(v) is not str or has_surrogate(v) or not v.strip():
-                return None
-            v = v.strip()
-        elif key == "top_k":
-            if v is not None and (type(v) is not int or not TOP_K_MIN <= v <= TOP_K_MAX):
-                return None
-        elif key == "score_threshold":
-            if v is not None and (type(v) is not float or not 0.0 <= v <= 1.0):
-                return None
-        elif key in ("overlay_policy", "transport"):
-            if type(v) is not str or v not in _CHOICES[key]:
-                return None
-        elif key == "filters":
-            v = _plain_filters(v)
-            if v is None:
-                return None
-        elif key == "budgets" and v is not None:
-            v = _plain_budgets(v)
-            if v is None:
-                return None
-        elif key == "cursor":
-            if v is not None and (type(v) is not str or len(v) > CURSOR_MAX_CHARS):
-                return None
-        elif key == "max_lines":
-            if v is not None and (type(v) is not int or v < 1):
-                return None
-        elif key == "locations_only":
-            if type(v) is not bool or (v and data.get("max_lines") is not None):
-                return None
+        v = _PLAIN_FIELDS[key](v, data)
+        if v is _UNSURE:
+            return None
         values[key] = v
     if "filters" not in values:
         values["filters"] = Filters.model_construct(_fields_set=set())
@@ -411,6 +385,30 @@ _QUERY_FIELDS = {"query", "top_k", "filters", "overlay_policy", "transport", "bu
                  "locations_only", "cursor"}
 _BUDGET_FIELDS = {"tokens", "latency_ms"}
 _CHOICES = {"overlay_policy": ("include", "skip"), "transport": ("direct", "gateway")}
+_UNSURE: Any = object()  # a field check's "not plainly valid", since None is itself a valid value
+
+
+def _if(plain: bool, v: Any) -> Any:
+    return v if plain else _UNSURE
+
+
+def _built(v: Any) -> Any:
+    return _UNSURE if v is None else v
+
+
+# per field: the value its validators would return, or _UNSURE to leave it to pydantic
+_PLAIN_FIELDS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
+    "query": lambda v, _: v.strip() if type(v) is str and not has_surrogate(v) and v.strip() else _UNSURE,
+    "top_k": lambda v, _: _if(v is None or (type(v) is int and TOP_K_MIN <= v <= TOP_K_MAX), v),
+    "score_threshold": lambda v, _: _if(v is None or (type(v) is float and 0.0 <= v <= 1.0), v),
+    "overlay_policy": lambda v, _: _if(type(v) is str and v in _CHOICES["overlay_policy"], v),
+    "transport": lambda v, _: _if(type(v) is str and v in _CHOICES["transport"], v),
+    "filters": lambda v, _: _built(_plain_filters(v)),
+    "budgets": lambda v, _: None if v is None else _built(_plain_budgets(v)),
+    "cursor": lambda v, _: _if(v is None or (type(v) is str and len(v) <= CURSOR_MAX_CHARS), v),
+    "max_lines": lambda v, _: _if(v is None or (type(v) is int and v >= 1), v),
+    "locations_only": lambda v, data: _if(type(v) is bool and not (v and data.get("max_lines") is not None), v),
+}
 
 
 def _plain_filters(v: Any) -> Filters | None:

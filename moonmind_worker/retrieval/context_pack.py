@@ -219,16 +219,7 @@ def parse_context_text(text: str) -> list[ParsedItem]:
     """
     lines = text.split("\n")
     b, e = 4, len(lines) - 2  # header, blank, preamble, blank, BEGIN ... END, then the final newline
-    mb = _BEGIN.match(lines[b]) if len(lines) > b else None
-    me = _END.match(lines[e]) if e > b else None
-    if not mb or not me or mb.group(1) != me.group(1):
-        raise ValueError("BEGIN/END marker lines missing, malformed or mismatched")
-    block_id, expected = mb.group(1), int(mb.group(2))
-    if not text.startswith(f"{HEADER}\n\n{preamble(block_id)}\n\n") or lines[-1] != "":
-        raise ValueError("header, preamble or trailer differs from the format")
-    inner = "\n".join(lines[b + 2 : e - 1]) + "\n"
-    if hashlib.sha256(inner.encode("utf-8", "surrogatepass")).hexdigest()[:16] != block_id:
-        raise ValueError("block id does not match its content")
+    expected = _checked_frame(text, lines, b, e)
     items: list[ParsedItem] = []
     i, stop = b + 1, e
     if lines[i] != "":
@@ -278,3 +269,18 @@ def parse_context_text(text: str) -> list[ParsedItem]:
     if len(items) != expected:
         raise ValueError(f"BEGIN says {expected} items, found {len(items)}")
     return items
+
+
+def _checked_frame(text: str, lines: list[str], b: int, e: int) -> int:
+    """The item count BEGIN (line `b`) declares; ValueError unless markers, header, preamble, trailer and id are as written."""
+    mb = _BEGIN.match(lines[b]) if len(lines) > b else None
+    me = _END.match(lines[e]) if e > b else None
+    if not mb or not me or mb.group(1) != me.group(1):
+        raise ValueError("BEGIN/END marker lines missing, malformed or mismatched")
+    block_id, expected = mb.group(1), int(mb.group(2))
+    if not text.startswith(f"{HEADER}\n\n{preamble(block_id)}\n\n") or lines[-1] != "":
+        raise ValueError("header, preamble or trailer differs from the format")
+    inner = "\n".join(lines[b + 2 : e - 1]) + "\n"
+    if hashlib.sha256(inner.encode("utf-8", "surrogatepass")).hexdigest()[:16] != block_id:
+        raise ValueError("block id does not match its content")
+    return expected

@@ -115,41 +115,13 @@ def _blocks(lines: list[str], language: str) -> list[_Block]:
     starts: list[tuple[int, str]] = [(0, "")]
     scopes: dict[int, str] = {}
     if language == "markdown":
-        path: list[tuple[int, str]] = []
-        in_fence = False
-        for i, line in enumerate(lines):
-            if _FENCE.match(line):
-                in_fence = not in_fence
-                continue
-            m = None if in_fence else _HEADING.match(line)
-            if m:
-                level = len(m.group(1))
-                path = [(lv, t) for lv, t in path if lv < level] + [(level, m.group(2))]
-                starts.append((i, " > ".join(t for _, t in path)))
+        _markdown_starts(lines, starts)
     elif language == "rst":
         starts.extend(_rst_sections(lines))
     else:
         pattern = _DEF.get(language)
         if pattern is not None:
-            pending_decorator: int | None = None
-            container = ""  # the last unindented class/interface/trait: indented definitions are its members
-            for i, line in enumerate(lines):
-                if _DECORATOR.match(line):
-                    if pending_decorator is None:
-                        pending_decorator = i
-                    continue
-                m = pattern.match(line)
-                if m:
-                    name = m.group(1)
-                    if not line[:1].isspace():
-                        container = name if _CONTAINER.search(line) else ""
-                    elif container:  # PHP/Java/C# methods: `Class.method`, packed only within the class
-                        name = f"{container}.{name}"
-                        scopes[pending_decorator if pending_decorator is not None else i] = container
-                    starts.append((pending_decorator if pending_decorator is not None else i, name))
-                    pending_decorator = None
-                elif line.strip() and not line.startswith((" ", "\t", ")", "]")):
-                    pending_decorator = None  # the decorator belonged to something else
+            _definition_starts(lines, pattern, starts, scopes)
     blocks: list[_Block] = []
     starts = sorted({s: t for s, t in starts}.items())
     for n, (s, title) in enumerate(starts):
@@ -161,6 +133,45 @@ def _blocks(lines: list[str], language: str) -> list[_Block]:
         if not blocks[n].title:
             blocks[n].title = blocks[n - 1].title
     return blocks
+
+
+def _markdown_starts(lines: list[str], starts: list[tuple[int, str]]) -> None:
+    """Append (line, heading path) for every markdown heading outside a fenced code block."""
+    path: list[tuple[int, str]] = []
+    in_fence = False
+    for i, line in enumerate(lines):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        m = None if in_fence else _HEADING.match(line)
+        if m:
+            level = len(m.group(1))
+            path = [(lv, t) for lv, t in path if lv < level] + [(level, m.group(2))]
+            starts.append((i, " > ".join(t for _, t in path)))
+
+
+def _definition_starts(lines: list[str], pattern: re.Pattern[str], starts: list[tuple[int, str]],
+                       scopes: dict[int, str]) -> None:
+    """Append (line, name) for every definition `pattern` finds (from its decorators); members' blocks get a scope."""
+    pending_decorator: int | None = None
+    container = ""  # the last unindented class/interface/trait: indented definitions are its members
+    for i, line in enumerate(lines):
+        if _DECORATOR.match(line):
+            if pending_decorator is None:
+                pending_decorator = i
+            continue
+        m = pattern.match(line)
+        if m:
+            name = m.group(1)
+            if not line[:1].isspace():
+                container = name if _CONTAINER.search(line) else ""
+            elif container:  # PHP/Java/C# methods: `Class.method`, packed only within the class
+                name = f"{container}.{name}"
+                scopes[pending_decorator if pending_decorator is not None else i] = container
+            starts.append((pending_decorator if pending_decorator is not None else i, name))
+            pending_decorator = None
+        elif line.strip() and not line.startswith((" ", "\t", ")", "]")):
+            pending_decorator = None  # the decorator belonged to something else
 
 
 def _rst_sections(lines: list[str]) -> list[tuple[int, str]]:
@@ -283,6 +294,35 @@ def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int =
     defs: list[Definition] = []
     spans = code_spans(text, lines, language, path, max_chars, defs)
     blocks = [_Block(*span) for span in spans] if spans is not None else _blocks(lines, language)
+    ranges = _pack(blocks, lines, offsets, language, max_chars, overlap_lines)
+
+    linenos = [1]
+    for line in lines:  # pieces of a cut long line share that line's number
+        linenos.append(linenos[-1] + (1 if line.endswith(("\n", "\r")) else 0))
+    kept = [(s, e, t) for s, e, t in ranges if "".join(lines[s:e]).strip()]
+    total = len(kept)
+    owned = _owners(defs, kept, linenos)
+    chunks = []
+    for seq, (s, e, title) in enumerate(kept):
+        chunks.append(
+            Chunk(
+                text="".join(lines[s:e]),
+                offset_start=offsets[s],
+                offset_end=offsets[e],
+                line_start=linenos[s],
+                line_end=linenos[e - 1],
+                section_title=title,
+                chunk_sequence=seq,
+                total_chunks=total,
+                definitions=owned.get(seq, ()),
+            )
+        )
+    return chunks
+
+
+def _pack(blocks: list[_Block], lines: list[str], offsets: list[int], language: str, max_chars: int,
+          overlap_lines: int) -> list[tuple[int, int, str]]:
+    """The chunks' (start, end, title) line ranges: small neighbouring blocks packed, over-long ones split."""
     ranges: list[tuple[int, int, str]] = []
     pending: _Block | None = None
     for block in blocks:
@@ -317,29 +357,7 @@ def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int =
             pending = _Block(block.start, block.end, block.title, block.scope)
     if pending:
         ranges.append((pending.start, pending.end, pending.title))
-
-    linenos = [1]
-    for line in lines:  # pieces of a cut long line share that line's number
-        linenos.append(linenos[-1] + (1 if line.endswith(("\n", "\r")) else 0))
-    kept = [(s, e, t) for s, e, t in ranges if "".join(lines[s:e]).strip()]
-    total = len(kept)
-    owned = _owners(defs, kept, linenos)
-    chunks = []
-    for seq, (s, e, title) in enumerate(kept):
-        chunks.append(
-            Chunk(
-                text="".join(lines[s:e]),
-                offset_start=offsets[s],
-                offset_end=offsets[e],
-                line_start=linenos[s],
-                line_end=linenos[e - 1],
-                section_title=title,
-                chunk_sequence=seq,
-                total_chunks=total,
-                definitions=owned.get(seq, ()),
-            )
-        )
-    return chunks
+    return ranges
 
 
 def _owners(defs: list[Definition], kept: list[tuple[int, int, str]], linenos: list[int]) -> dict[int, tuple[Definition, ...]]:

@@ -377,25 +377,9 @@ def _name(node: Node, walk: _Walk) -> str | None:
     """The definition's name ("" when anonymous), or None when the node defines nothing worth a cut."""
     kind = node.type
     if kind in ("lexical_declaration", "variable_declaration"):  # const handler = () => ...
-        for d in node.named_children:
-            if d.type == "variable_declarator" and _function_valued(d.child_by_field_name("value")):
-                target = d.child_by_field_name("name")
-                return walk.text(target)[:_MAX_TITLE] if target is not None else ""
-        return None
+        return _declared_function_name(node, walk)
     if kind == "expression_statement":  # exports.run = function () {...}; Foo.prototype.bar = ...
-        expr = node.named_children[0] if node.named_child_count else None
-        targets: list[str] = []
-        while expr is not None and expr.type == "assignment_expression":  # res.type = res.contentType = fn
-            left = expr.child_by_field_name("left")
-            if left is not None:
-                targets.append(walk.text(left))
-            expr = expr.child_by_field_name("right")
-        if not targets:
-            return None
-        # a function value defines its names; an export (`module.exports.x = ...`) defines one whatever its value
-        if not (_function_valued(expr) or any(t.startswith(_EXPORT_TARGETS) for t in targets)):
-            return None
-        return ", ".join(targets)[:_MAX_TITLE]
+        return _assigned_name(node, walk)
     if kind in ("field_definition", "public_field_definition"):  # handleClick = () => {...}
         if not _function_valued(node.child_by_field_name("value")):
             return None
@@ -420,6 +404,32 @@ def _name(node: Node, walk: _Walk) -> str | None:
         while (inner := target.child_by_field_name("declarator")) is not None:
             target = inner
     return walk.text(target)[:_MAX_TITLE] if target is not None else ""
+
+
+def _declared_function_name(node: Node, walk: _Walk) -> str | None:
+    """The name a JS/TS declaration binds to a function value (`const handler = () => ...`), or None."""
+    for d in node.named_children:
+        if d.type == "variable_declarator" and _function_valued(d.child_by_field_name("value")):
+            target = d.child_by_field_name("name")
+            return walk.text(target)[:_MAX_TITLE] if target is not None else ""
+    return None
+
+
+def _assigned_name(node: Node, walk: _Walk) -> str | None:
+    """The targets of an assignment statement that defines a function or an export, or None."""
+    expr = node.named_children[0] if node.named_child_count else None
+    targets: list[str] = []
+    while expr is not None and expr.type == "assignment_expression":  # res.type = res.contentType = fn
+        left = expr.child_by_field_name("left")
+        if left is not None:
+            targets.append(walk.text(left))
+        expr = expr.child_by_field_name("right")
+    if not targets:
+        return None
+    # a function value defines its names; an export (`module.exports.x = ...`) defines one whatever its value
+    if not (_function_valued(expr) or any(t.startswith(_EXPORT_TARGETS) for t in targets)):
+        return None
+    return ", ".join(targets)[:_MAX_TITLE]
 
 
 def _receiver_type(receiver: Node | None) -> Node | None:

@@ -307,28 +307,10 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
     root = root.resolve()
     specs: list[tuple[str, object]] = []  # (base rel dir, spec) stack
     stack: list[tuple[int, str, Iterator[os.DirEntry[str]], bool]] = []  # (fd, rel, entries left, has a spec)
-
-    def note(path: str, reason: str, kind: str = "file") -> None:
-        if skipped is not None:
-            skipped.append(Skipped(path, reason, kind))
-
-    def enter(fd: int, rel: str) -> None:
-        try:
-            with os.scandir(fd) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            os.close(fd)
-            note(rel or ".", f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
-            return
-        spec = _gitignore(fd, rel, skipped)
-        if spec is not None:
-            specs.append((rel, spec))
-        stack.append((fd, rel, iter(entries), spec is not None))
-
     try:
-        enter(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), "")  # the root the caller named
+        _enter(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), "", stack, specs, skipped)  # the root the caller named
     except OSError as exc:
-        note(".", f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
+        _note(skipped, ".", f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
     try:
         while stack:
             fd, rel, entries, has_spec = stack[-1]
@@ -347,35 +329,63 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
                 is_dir = e.is_dir()
                 is_file = not is_dir and e.is_file()
             except OSError as exc:
-                note(_shown(child), f"unreadable ({exc.strerror or type(exc).__name__})")
+                _note(skipped, _shown(child), f"unreadable ({exc.strerror or type(exc).__name__})")
                 continue
             problem = name_problem(e.name)
             if problem is not None:
-                note(_shown(child), problem, "directory" if is_dir else "file")
+                _note(skipped, _shown(child), problem, "directory" if is_dir else "file")
                 continue
             if is_dir:
-                if e.name in SKIP_DIRS or e.name.endswith(".egg-info") or _ignored_by(specs, child, True):
-                    continue
-                if len(stack) > MAX_DEPTH:
-                    note(child, f"deeper than {MAX_DEPTH} directory levels: not indexed", "directory")
-                    continue
-                try:
-                    sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    note(child, LINK_NOT_FOLLOWED if exc.errno == errno.ELOOP
-                         else f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
-                    continue
-                enter(sub, child)
+                sub = _open_subdir(fd, e.name, child, len(stack), specs, skipped)
+                if sub is not None:
+                    _enter(sub, child, stack, specs, skipped)
             elif is_file:
                 if _ignored_by(specs, child, False):
                     continue
                 if e.name in LOCK_FILES or e.name.endswith(SKIP_SUFFIXES):
-                    note(child, "lock/vendored/binary type")
+                    _note(skipped, child, "lock/vendored/binary type")
                     continue
                 yield child, root / child
     finally:
         for fd, *_ in stack:
             os.close(fd)
+
+
+def _note(skipped: list[Skipped] | None, path: str, reason: str, kind: str = "file") -> None:
+    if skipped is not None:
+        skipped.append(Skipped(path, reason, kind))
+
+
+def _enter(fd: int, rel: str, stack: list[tuple[int, str, Iterator[os.DirEntry[str]], bool]],
+           specs: list[tuple[str, object]], skipped: list[Skipped] | None) -> None:
+    """Push the directory `fd` (taking it over) onto walk's stack with its entries and ignore rules; closed if unlistable."""
+    try:
+        with os.scandir(fd) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        os.close(fd)
+        _note(skipped, rel or ".", f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
+        return
+    spec = _gitignore(fd, rel, skipped)
+    if spec is not None:
+        specs.append((rel, spec))
+    stack.append((fd, rel, iter(entries), spec is not None))
+
+
+def _open_subdir(fd: int, name: str, child: str, depth: int, specs: list[tuple[str, object]],
+                 skipped: list[Skipped] | None) -> int | None:
+    """The subdirectory `name` of `fd` opened for walk, or None when it is skipped, ignored, too deep or unreadable."""
+    if name in SKIP_DIRS or name.endswith(".egg-info") or _ignored_by(specs, child, True):
+        return None
+    if depth > MAX_DEPTH:
+        _note(skipped, child, f"deeper than {MAX_DEPTH} directory levels: not indexed", "directory")
+        return None
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        _note(skipped, child, LINK_NOT_FOLLOWED if exc.errno == errno.ELOOP
+              else f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
+        return None
 
 
 def _shown(rel: str) -> str:
