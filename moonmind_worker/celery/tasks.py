@@ -1,4 +1,4 @@
-"""The RAG tasks: thin adapters over the same operations the CLI runs (`moonmind_worker.owner.ops`).
+"""The RAG tasks: thin adapters over the same operations the CLI runs (`moonmind_worker.operations`).
 
 Arguments and results are the pydantic contracts as JSON, validated on both sides of the
 task: arguments on receipt (with the same function the sync CLI uses, e.g.
@@ -20,15 +20,20 @@ Delivery semantics:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
+from moonmind_worker import operations
 from moonmind_worker.errors import MoonmindError, RagTaskError, TransientTaskError, task_error
 from moonmind_worker.transports import queue_client
 
 from .worker import app
+
+if TYPE_CHECKING:
+    from moonmind_worker.wire import QueryFields
 
 #: Write tasks: redelivered when their worker dies (their writes are idempotent), and retried by
 #: Celery itself on a transient failure (errors.TransientError), with exponential backoff and jitter.
@@ -54,22 +59,23 @@ def _validate(model, data: Any, what: str):
         raise RagTaskError("invalid_argument", f"Invalid {what}: {exc.errors()[0]['msg']}.", "Fix the task arguments.") from None
 
 
-def _execute(op: str, args: dict, scope: dict | None = None, progress: Any = None) -> Any:
-    """Run `op` where the store is: here when this worker owns it, else on the box's owner (owner/ops.py).
+T = TypeVar("T")
+
+
+def _in_job(scope: dict | None, operation: Callable[[Any], T]) -> T:
+    """Run `operation(settings)` where the store is: here when this worker owns it, else on the box's owner.
 
     Why not always here: a worker started beside another owner (`moonmind serve`, the gateway)
     cannot open the embedded store; its tasks are then served by that owner instead of failing.
+    A task sent from inside a job (`job_scope.task_kwargs`) runs with the job's scope in its settings,
+    so the operation confines it (`job_scope.confine`, where every operation runs) as the job's own would.
     """
     from moonmind_worker.celery.worker import serve_the_box
-    from moonmind_worker.job_scope import JobScope, confine
+    from moonmind_worker.job_scope import JobScope
     from moonmind_worker.observe.events import scope_override
-    from moonmind_worker.owner.dispatch import execute
     from moonmind_worker.settings import get_settings
 
-    job = None
-    if scope is not None:  # sent from inside a job (`job_scope.task_kwargs`): this worker's settings belong to none
-        job = JobScope.from_wire(scope)
-        args = confine(op, args, job)
+    job = JobScope.from_wire(scope) if scope is not None else None
     settings = get_settings()
     serve_the_box(settings)  # the owner this worker used may have exited: own the store then
     token = None
@@ -77,7 +83,7 @@ def _execute(op: str, args: dict, scope: dict | None = None, progress: Any = Non
         settings = settings.model_copy(update={k: v for k, v in job.event_scope().items() if v})
         token = scope_override.set(job.event_scope())
     try:
-        return execute(settings, op, args, progress=progress)
+        return operation(settings)
     finally:
         if token is not None:
             scope_override.reset(token)
@@ -111,7 +117,8 @@ def _progress_state(task: Any):
 def search(self, query: dict, scope: dict | None = None) -> dict:
     """RetrievalQuery JSON → ContextPack JSON, through `pipeline.retrieve_context_pack`."""
     try:
-        return _execute("search", {"query": query}, scope)  # validated by `contracts.parse_query` where it runs
+        # validated by `contracts.parse_query` where it runs
+        return dict(_in_job(scope, lambda settings: operations.search(settings, cast("QueryFields", query))))
     except MoonmindError as err:
         raise _fail(err) from None
     except SoftTimeLimitExceeded:
@@ -135,8 +142,9 @@ def index(self, request: dict, scope: dict | None = None) -> dict:
             "Pass a path the worker can read (a shared workspace).",
         )
     try:
-        return _execute("index", {"path": req.path, "repo": req.repo, "tenant": req.tenant}, scope,
-                        progress=_progress_state(self))
+        progress = _progress_state(self)
+        return dict(_in_job(scope, lambda settings: operations.index(
+            settings, {"path": req.path, "repo": req.repo, "tenant": req.tenant}, progress=progress)))
     except MoonmindError as err:
         raise _fail(err) from None
     except SoftTimeLimitExceeded:
@@ -153,7 +161,9 @@ def overlay_upsert(self, request: dict, scope: dict | None = None) -> dict:
 
     req = _validate(OverlayUpsertRequest, request, "overlay upsert request")
     try:
-        report = _execute("overlay_upsert", req.model_dump(mode="json"), scope)
+        report = _in_job(scope, lambda settings: operations.overlay_upsert(settings, {
+            "paths": req.paths, "root": req.root, "run_id": req.run_id, "ttl": req.ttl, "repo": req.repo, "tenant": req.tenant,
+        }))
     except MoonmindError as err:
         raise _fail(err) from None
     except SoftTimeLimitExceeded:
@@ -161,7 +171,7 @@ def overlay_upsert(self, request: dict, scope: dict | None = None) -> dict:
             "task_timeout", "The overlay upsert hit the worker's time limit (5 min).",
             "Upsert fewer files per call.",
         ) from None
-    return OverlayReport(**report).model_dump(mode="json")
+    return OverlayReport.model_validate(report).model_dump(mode="json")
 
 
 @app.task(name=queue_client.OVERLAY_CLEAN, bind=True, soft_time_limit=120, time_limit=150, **WRITE_OPTIONS)
@@ -186,7 +196,7 @@ def _clean(task, request: dict, scope: dict | None = None) -> dict:
 
     req = _validate(OverlayCleanRequest, request, "overlay clean request")
     try:
-        result = _execute("overlay_clean", {"run_id": req.run_id, "expired": req.expired}, scope)
+        result = _in_job(scope, lambda settings: operations.overlay_clean(settings, run_id=req.run_id, expired=req.expired))
     except MoonmindError as err:
         raise _fail(err) from None
     return OverlayCleanResult(**result).model_dump(mode="json")
