@@ -12,12 +12,16 @@ import logging
 import time
 from typing import Any
 
-from fastapi import FastAPI, Request
+import anyio
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..contracts import ContextPack, ErrorEnvelope, RetrievalQuery, SymbolsResult, parse_query
 from ..errors import MoonmindError
 from ..settings import Settings
+from .auth import authorize
+from .envelope import RESPONSES, as_caller_error, error_response, read_json
+from .state import Gateway, GatewayDep
 
 log = logging.getLogger("moonmind.gateway")
 
@@ -25,41 +29,42 @@ log = logging.getLogger("moonmind.gateway")
 NAVIGATION_CODES = frozenset({"not_found", "invalid_argument"})
 
 
-def add_navigation(app: FastAPI, settings: Settings, registry: Any, resources: Any, limiter: Any,
-                   responses: dict, as_caller_error: Any, error_response: Any, read_json: Any) -> None:
-    """Register both endpoints on `app` (the gateway's own helpers passed in: one error rule for every route)."""
-    import anyio
+#: Both routes' request body and auth, as /retrieval/context documents them.
+SCHEMA = {"requestBody": {"required": True,
+                          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RetrievalQuery"}}}},
+          "security": [{"bearer": []}]}
+DOCUMENTED = {**RESPONSES, 404: {"model": ErrorEnvelope, "description": "not_found: no indexed chunk at the location, "
+                                                                      "or nothing defines or mentions the name"}}
 
-    from .auth import authorize
+router = APIRouter()
 
-    schema = {"requestBody": {"required": True,
-                              "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RetrievalQuery"}}}},
-              "security": [{"bearer": []}]}
-    documented = {**responses, 404: {"model": ErrorEnvelope, "description": "not_found: no indexed chunk at the location, "
-                                                                            "or nothing defines or mentions the name"}}
 
-    async def run(op: str, request: Request) -> Response:
-        started = time.monotonic()
-        grant = registry.authenticate(request.headers.get("authorization"))
-        query = parse_query(await read_json(request), fields="json")
-        query, scope = authorize(grant, query.model_copy(update={"transport": "gateway"}), settings.top_k)
-        try:
-            data = await anyio.to_thread.run_sync(_navigate, op, settings, resources, query, scope, started, limiter=limiter)
-        except MoonmindError as err:
-            return error_response(err if err.code in NAVIGATION_CODES else as_caller_error(err))
-        return JSONResponse(data)
+async def run(op: str, request: Request, gw: Gateway) -> Response:
+    """`op` for the request's query, with the gateway's one error rule (navigation's own codes reach the caller)."""
+    started = time.monotonic()
+    settings, resources, limiter = gw.settings, gw.resources, gw.retrievals
+    grant = gw.registry.authenticate(request.headers.get("authorization"))
+    query = parse_query(await read_json(request), fields="json")
+    query, scope = authorize(grant, query.model_copy(update={"transport": "gateway"}), settings.top_k)
+    try:
+        data = await anyio.to_thread.run_sync(_navigate, op, settings, resources, query, scope, started, limiter=limiter)
+    except MoonmindError as err:
+        return error_response(err if err.code in NAVIGATION_CODES else as_caller_error(err))
+    return JSONResponse(data)
 
-    @app.post("/retrieval/related", response_model=ContextPack, responses=documented, openapi_extra=schema,
-              summary="Chunks most similar to a location")
-    async def retrieval_related(request: Request) -> Response:
-        """`query` is PATH#Lx-Ly, PATH#Lx, a chunk id (PATH#N) or PATH; the ContextPack of similar chunks, itself left out."""
-        return await run("related", request)
 
-    @app.post("/retrieval/symbols", response_model=SymbolsResult, responses=documented, openapi_extra=schema,
-              summary="Where a name is defined")
-    async def retrieval_symbols(request: Request) -> Response:
-        """`query` is the name; its definitions (kind, path, lines, signature), best first, then mentions."""
-        return await run("symbols", request)
+@router.post("/retrieval/related", response_model=ContextPack, responses=DOCUMENTED, openapi_extra=SCHEMA,
+             summary="Chunks most similar to a location")
+async def retrieval_related(request: Request, gw: GatewayDep) -> Response:
+    """`query` is PATH#Lx-Ly, PATH#Lx, a chunk id (PATH#N) or PATH; the ContextPack of similar chunks, itself left out."""
+    return await run("related", request, gw)
+
+
+@router.post("/retrieval/symbols", response_model=SymbolsResult, responses=DOCUMENTED, openapi_extra=SCHEMA,
+             summary="Where a name is defined")
+async def retrieval_symbols(request: Request, gw: GatewayDep) -> Response:
+    """`query` is the name; its definitions (kind, path, lines, signature), best first, then mentions."""
+    return await run("symbols", request, gw)
 
 
 def _navigate(op: str, settings: Settings, resources: Any, query: RetrievalQuery, scope: Any, started: float) -> dict:

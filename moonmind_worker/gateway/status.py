@@ -20,14 +20,15 @@ from __future__ import annotations
 import html
 import os
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import MoonmindError
 from ..store.scopes import Scope
+from .state import Gateway, GatewayDep
 
 #: A repository whose newest index run is older than this is marked stale.
 STALE_AFTER_S = 7 * 24 * 3600
@@ -36,38 +37,41 @@ HIDDEN = ("repositories are listed to a bearer token (those inside its scope), o
           "sets MOONMIND_GATEWAY_STATUS=public")
 
 
-def add_status(app: FastAPI, settings: Any, registry: Any, resources: Any,
-               health: Callable[[], Awaitable[tuple[str | None, MoonmindError | None]]]) -> None:
-    """Add the three routes; `health` is the gateway's cached readiness check ((reason, error), reason None: ready)."""
+router = APIRouter()
 
-    async def report(request: Request) -> dict[str, Any]:
-        reason, _ = await health()
-        body: dict[str, Any] = {"rag_ready": reason is None, "status": "ready" if reason is None else "not_ready",
-                                "reason": reason}
-        header = request.headers.get("authorization")
-        scope = None
-        if header:  # checked even where the page is public: a wrong token is told so, as on every route
-            grant = registry.authenticate(header)
-            scope = Scope(repos=tuple(grant.repos), tenants=tuple(grant.tenants))
-        elif settings.gateway_status != "public":
-            body["hidden"] = HIDDEN
-            return body
-        last = getattr(app.state, "last_retrieval", None)
-        body.update(await run_in_threadpool(details, settings, resources, scope, last, datetime.now(timezone.utc)))
+
+async def report(request: Request, gw: Gateway) -> dict[str, Any]:
+    """Readiness for anyone; owner, model and repositories for a token (its scope) or on a public page."""
+    reason, _ = await gw.health()
+    body: dict[str, Any] = {"rag_ready": reason is None, "status": "ready" if reason is None else "not_ready",
+                            "reason": reason}
+    header = request.headers.get("authorization")
+    scope = None
+    if header:  # checked even where the page is public: a wrong token is told so, as on every route
+        grant = gw.registry.authenticate(header)
+        scope = Scope(repos=tuple(grant.repos), tenants=tuple(grant.tenants))
+    elif gw.settings.gateway_status != "public":
+        body["hidden"] = HIDDEN
         return body
+    body.update(await run_in_threadpool(details, gw.settings, gw.resources, scope, gw.last_retrieval,
+                                        datetime.now(timezone.utc)))
+    return body
 
-    @app.get("/retrieval/status", summary="Is RAG ready, and what is indexed? (repositories need a token)")
-    async def retrieval_status(request: Request) -> JSONResponse:
-        return JSONResponse(await report(request), headers={"Cache-Control": "no-store"})
 
-    @app.get("/retrieval/status.html", summary="The status as a small HTML page", response_class=HTMLResponse)
-    async def retrieval_status_page(request: Request) -> HTMLResponse:
-        return HTMLResponse(render_page(await report(request)), headers={"Cache-Control": "no-store"})
+@router.get("/retrieval/status", summary="Is RAG ready, and what is indexed? (repositories need a token)")
+async def retrieval_status(request: Request, gw: GatewayDep) -> JSONResponse:
+    return JSONResponse(await report(request, gw), headers={"Cache-Control": "no-store"})
 
-    @app.get("/retrieval/badge.svg", summary="The RAG ready badge (SVG)", response_class=Response)
-    async def retrieval_badge() -> Response:
-        reason, _ = await health()
-        return Response(render_badge(reason is None), media_type="image/svg+xml", headers={"Cache-Control": "no-cache"})
+
+@router.get("/retrieval/status.html", summary="The status as a small HTML page", response_class=HTMLResponse)
+async def retrieval_status_page(request: Request, gw: GatewayDep) -> HTMLResponse:
+    return HTMLResponse(render_page(await report(request, gw)), headers={"Cache-Control": "no-store"})
+
+
+@router.get("/retrieval/badge.svg", summary="The RAG ready badge (SVG)", response_class=Response)
+async def retrieval_badge(gw: GatewayDep) -> Response:
+    reason, _ = await gw.health()
+    return Response(render_badge(reason is None), media_type="image/svg+xml", headers={"Cache-Control": "no-cache"})
 
 
 def details(settings: Any, resources: Any, scope: Scope | None, last_retrieval: str | None, now: datetime) -> dict[str, Any]:
