@@ -15,21 +15,21 @@ from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterator
+from typing import Callable, Collection, Iterator
 
 from .. import observe
-from ..contracts import CANONICAL, PAYLOAD_SCHEMA_VERSION, ChunkPayload, TrustClass
+from ..contracts import PAYLOAD_SCHEMA_VERSION
 from ..embedding import Embedder
 from ..heap import keep_large_blocks_out_of_the_heap
-from ..ids import utc_timestamp
 from ..settings import Settings
 from ..store import PointIn, Store
 from ..store.guardrails import check_collection
 from ..store.lexstats import RunTable
 from ..store.scopes import canonical_repo
-from ..text.chunking import Chunk, language_of
 from ..text.files import Skipped, TreeReader, listed, walk
-from . import points, workers
+from . import batching, workers
+from .payloads import build_points as build_points  # where overlays and tests import them from
+from .payloads import payload_template as payload_template
 from .points import Docs
 
 _NOTHING = workers.done(None)  # the "job" of a file that was not read: nothing to wait for
@@ -124,53 +124,6 @@ def content_hash(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def payload_template(
-    docs: Docs,
-    *,
-    repo: str,
-    tenant: str,
-    model_version: str,
-    trust_class: TrustClass = CANONICAL,
-    run_id: str = "",
-    expires_at: float | None = None,
-) -> dict[str, Any]:
-    """A batch's payload as the contract dumps it, from its first chunk: what `points.build` copies per chunk.
-
-    Why one per batch: the contract's keys, order, defaults and batch-wide values, validated once,
-    without pydantic's per-chunk cost (and without pydantic where the points are built).
-    """
-    path, fhash, chunks = next((d for d in docs if d[2]), docs[0])
-    c = chunks[0]
-    return ChunkPayload(
-        **points.chunk_fields(path, fhash, c, language_of(path)),
-        repo=repo,
-        tenant=tenant,
-        model_version=model_version,
-        indexed_at=utc_timestamp(),
-        trust_class=trust_class,
-        run_id=run_id,
-        expires_at=expires_at,
-    ).model_dump()
-
-
-def build_points(
-    embedder: Embedder,
-    docs: Docs,
-    *,
-    repo: str,
-    tenant: str,
-    trust_class: TrustClass = CANONICAL,
-    run_id: str = "",
-    expires_at: float | None = None,
-) -> list[PointIn]:
-    """Embed chunks of several files in one batch and wrap them as points (shared with overlays)."""
-    if not any(chunks for _, _, chunks in docs):
-        return []
-    template = payload_template(docs, repo=repo, tenant=tenant, model_version=embedder.name,
-                                trust_class=trust_class, run_id=run_id, expires_at=expires_at)
-    return points.build(embedder, docs, template)
-
-
 def _self_and_parents(rel: str) -> Iterator[str]:
     """`a/b/c.py`, `a/b`, `a`."""
     while rel:
@@ -213,6 +166,19 @@ class StoredFile:
         return len(self.ids) == total and self.seqs == set(range(total))
 
 
+@dataclass(slots=True)
+class PendingFile:
+    """A file in the run's line, in walk order, until its chunks (or its skip reason) are handed on."""
+
+    rel: str
+    content_hash: str
+    old: StoredFile | None  # what the store held of it: those ids go once its new chunks are in
+    slot: int  # its place in its chunking job's result
+    job: Future | None  # that job (None until its group is sent; a done one for a file not read)
+    reason: str | None  # why it is skipped (it was not read), else None
+    chars: int  # its text: counted against the line's bound until it is handed on
+
+
 @observe.index
 def index_repository(
     root: Path,
@@ -236,177 +202,239 @@ def index_repository(
     a text is embedded with, in the last bits), and written in order, so the stored points are the
     same bit for bit whichever way a run goes, and an interrupted run leaves whole files behind.
     """
-    started = time.perf_counter()
-    keep_large_blocks_out_of_the_heap()  # this process writes the store and holds its growing segment
-    summary = IndexSummary(repo=repo, tenant=tenant)
-    info = check_collection(store, embedder, must_exist=False)
-    if info is None:
-        store.create(embedder.dimensions, embedder.name, PAYLOAD_SCHEMA_VERSION)
-    # per repo: a file unchanged since it was chunked another way is chunked again
-    recipes = dict((info.extra.get("chunk_recipes") if info else None) or {})
-    recipe, scope_key = chunk_recipe(settings), f"{tenant}/{repo}"
-    rechunk = recipes.get(scope_key) != recipe
+    run = IndexRun(root, repo=repo, tenant=tenant, settings=settings, embedder=embedder, store=store,
+                   progress=progress, paths=paths)
+    return run.run()
 
-    # what is stored now, per path: every chunk's version and place, so that a file is only
-    # "unchanged" when all of its chunks are of this version and none is missing
-    stored: dict[str, StoredFile] = {}
-    for hit in store.scroll(canonical_repo(repo, tenant), ["path", "content_hash", "chunk_sequence", "total_chunks"]):
-        stored.setdefault(hit.payload["path"], StoredFile()).add(hit.id, hit.payload)
-    if scope_key not in recipes and not stored:
-        # nothing is stored in this scope, so nothing can have been chunked another way: record the
-        # recipe now, and a first index that is interrupted resumes (finished files are skipped by
-        # hash) instead of re-chunking everything under a false "chunking changed"
-        recipes[scope_key] = recipe
-        rechunk = False
-    if paths is not None:  # only these files may change or go; a directory selects the files under it
-        paths = {p.rstrip("/") for p in paths}
-        stored = {p: f for p, f in stored.items() if any(a in paths for a in _self_and_parents(p))}
-    # marked before the first write, cleared by the last: the next run knows this one was cut short
-    unfinished = dict((info.extra.get("unfinished_index_runs") if info else None) or {})
-    summary.resumed = scope_key in unfinished
-    unfinished[scope_key] = time.time()
-    terms = RunTable(store, info, tenant, repo)  # the repository's BM25 statistics, marked stale until the run ends
-    store.set_metadata(chunk_recipes=recipes, unfinished_index_runs=unfinished, **terms.begin())
 
-    files = list(walk(root, summary.skipped) if paths is None else listed(root, paths, summary.skipped))
-    summary.files_seen = count_seen(files, summary.skipped)
-    batch_chunks = max(settings.embedding_batch_size * 4, 256)
-    pool = workers.Pool(embedder, settings)
-    pool.expect(sum(_size(path) for rel, path in files if rel not in stored))  # new files: a cold run's whole tree
-    # files in order, waiting for their chunks:
-    # [rel, hash, what was stored, slot in its job, chunking job, skip reason, characters]
-    line: deque[list] = deque()
-    line_chars = 0  # their text, in characters: what the line holds (texts in jobs, then their chunks)
-    group: list[tuple[str, str]] = []  # changed files not yet handed to a chunking job: (rel, text)
-    unsent: list[list] = []  # their places in `line`
-    group_chars = 0
-    writing: deque[tuple[Future, list[str]]] = deque()  # batches being embedded: (points job, stale ids)
-    pending: list[tuple[str, str, list[Chunk]]] = []
-    pending_chunks = 0
-    stale: list[str] = []
-    taken = 0
-    reader = TreeReader(root.resolve())  # reads what the walk listed, never through a link swapped in since
+class IndexRun:
+    """One `index_repository` run: its state, and the steps that stream the tree's files through
+    chunking, embedding and the store's writes, in file order.
 
-    def send_group() -> None:
-        nonlocal group, unsent, group_chars
-        if group:
-            job = pool.chunk(group, settings.chunk_chars, settings.chunk_overlap_lines)
-            for slot, entry in enumerate(unsent):
-                entry[3], entry[4] = slot, job
-            group, unsent, group_chars = [], [], 0
+    Why a class: the steps share the line of files, the batch being built and the points not yet
+    stored; where each of them is cut is `batching`'s, which is tested without a store.
+    """
 
-    held: list[PointIn] = []  # embedded points not yet stored (fewer than WRITE_POINTS), in order
-    held_stale: list[str] = []  # the ids their files had before
+    stored: dict[str, StoredFile]  # what the store holds, per path; what is left at the end is gone
+    recipes: dict[str, str]
+    recipe: str
+    rechunk: bool
+    unfinished: dict[str, float]
+    terms: RunTable
+    files: list[tuple[str, Path]]
+    batch_chunks: int
+    pool: workers.Pool
+    reader: TreeReader
 
-    def write(block: bool) -> None:
+    def __init__(self, root: Path, *, repo: str, tenant: str, settings: Settings, embedder: Embedder, store: Store,
+                 progress: Callable[..., None] | None = None, paths: Collection[str] | None = None) -> None:
+        self.root, self.repo, self.tenant = root, repo, tenant
+        self.settings, self.embedder, self.store, self.progress = settings, embedder, store, progress
+        # only these files may change or go; a directory selects the files under it
+        self.paths = None if paths is None else {p.rstrip("/") for p in paths}
+        self.scope_key = f"{tenant}/{repo}"
+        self.summary = IndexSummary(repo=repo, tenant=tenant)
+        self.line: deque[PendingFile] = deque()  # files in order, waiting for their chunks
+        self.line_chars = 0  # their text, in characters: what the line holds (texts in jobs, then their chunks)
+        self.group: list[tuple[str, str]] = []  # changed files not yet handed to a chunking job: (rel, text)
+        self.unsent: list[PendingFile] = []  # their places in the line
+        self.group_chars = 0
+        self.writing: deque[tuple[Future, list[str]]] = deque()  # batches being embedded: (points job, stale ids)
+        self.pending: Docs = []  # chunks handed on, not yet in a batch
+        self.pending_chunks = 0
+        self.stale: list[str] = []  # the ids their files had before
+        self.taken = 0  # files handed on
+        self.held: list[PointIn] = []  # embedded points not yet stored (fewer than WRITE_POINTS), in order
+        self.held_stale: list[str] = []  # the ids their files had before
+
+    def run(self) -> IndexSummary:
+        started = time.perf_counter()
+        keep_large_blocks_out_of_the_heap()  # this process writes the store and holds its growing segment
+        self._begin()
+        self._start()
+        try:
+            self._stream()
+        finally:
+            self.reader.close()
+            self.pool.close()
+            self.summary.worker_died = self.pool.lost_a_worker
+        self._finish()
+        self.summary.seconds = time.perf_counter() - started
+        return self.summary
+
+    def _begin(self) -> None:
+        """Read what is stored and the chunk recipe, and mark the run unfinished before its first write."""
+        store, summary, scope_key = self.store, self.summary, self.scope_key
+        info = check_collection(store, self.embedder, must_exist=False)
+        if info is None:
+            store.create(self.embedder.dimensions, self.embedder.name, PAYLOAD_SCHEMA_VERSION)
+        # per repo: a file unchanged since it was chunked another way is chunked again
+        self.recipes = dict((info.extra.get("chunk_recipes") if info else None) or {})
+        self.recipe = chunk_recipe(self.settings)
+        self.rechunk = self.recipes.get(scope_key) != self.recipe
+        self.stored = self._stored_files()
+        if scope_key not in self.recipes and not self.stored:
+            # nothing is stored in this scope, so nothing can have been chunked another way: record the
+            # recipe now, and a first index that is interrupted resumes (finished files are skipped by
+            # hash) instead of re-chunking everything under a false "chunking changed"
+            self.recipes[scope_key] = self.recipe
+            self.rechunk = False
+        if self.paths is not None:
+            self.stored = {p: f for p, f in self.stored.items() if any(a in self.paths for a in _self_and_parents(p))}
+        # marked before the first write, cleared by the last: the next run knows this one was cut short
+        self.unfinished = dict((info.extra.get("unfinished_index_runs") if info else None) or {})
+        summary.resumed = scope_key in self.unfinished
+        self.unfinished[scope_key] = time.time()
+        # the repository's BM25 statistics, marked stale until the run ends
+        self.terms = RunTable(store, info, self.tenant, self.repo)
+        store.set_metadata(chunk_recipes=self.recipes, unfinished_index_runs=self.unfinished, **self.terms.begin())
+
+    def _stored_files(self) -> dict[str, StoredFile]:
+        """What is stored now, per path: every chunk's version and place, so that a file is only
+        "unchanged" when all of its chunks are of this version and none is missing."""
+        stored: dict[str, StoredFile] = {}
+        fields = ["path", "content_hash", "chunk_sequence", "total_chunks"]
+        for hit in self.store.scroll(canonical_repo(self.repo, self.tenant), fields):
+            stored.setdefault(hit.payload["path"], StoredFile()).add(hit.id, hit.payload)
+        return stored
+
+    def _start(self) -> None:
+        """List the files, and start the pool that chunks and embeds them."""
+        root, summary = self.root, self.summary
+        self.files = list(walk(root, summary.skipped) if self.paths is None else listed(root, self.paths, summary.skipped))
+        summary.files_seen = count_seen(self.files, summary.skipped)
+        self.batch_chunks = batching.batch_chunks(self.settings.embedding_batch_size)
+        self.pool = workers.Pool(self.embedder, self.settings)
+        # new files: a cold run's whole tree
+        self.pool.expect(sum(_size(path) for rel, path in self.files if rel not in self.stored))
+        self.reader = TreeReader(root.resolve())  # reads what the walk listed, never through a link swapped in since
+
+    def _stream(self) -> None:
+        """Every file read, chunked, embedded and stored, in order; the last writes once the workers are gone."""
+        for rel, _path in self.files:
+            self._read(rel)
+        self._send_group()
+        self._take(block=True)
+        self._flush()
+        while any(not job.done() for job, _ in self.writing):  # write what is in while the rest is embedded
+            futures.wait([self.writing[0][0]])
+            self._write(block=False)
+        self.pool.close()  # every point is built: the workers exit before the store's largest moment, the last writes
+        self._write(block=True)
+
+    def _read(self, rel: str) -> None:
+        """One file of the walk: skipped, unchanged, or into the line (and a chunking group)."""
+        text, reason = self.reader.read_text(rel, self.settings.max_file_bytes)
+        if text is None:
+            self.line.append(PendingFile(rel, "", None, 0, _NOTHING, reason or "unreadable", 0))
+            return
+        fhash = content_hash(text)
+        old = self.stored.pop(rel, None)
+        if old is not None and old.complete(fhash):
+            if not self.rechunk:
+                self.summary.files_unchanged += 1
+                return
+            self.summary.rechunked = True
+        entry = PendingFile(rel, fhash, old, 0, None, None, len(text))
+        self.line.append(entry)
+        self.line_chars += len(text)
+        self.unsent.append(entry)
+        self.group.append((rel, text))
+        self.group_chars += len(text)
+        if batching.group_full(self.group_chars, len(self.group), self.pool):
+            self._send_group()
+            self._take(block=False)
+
+    def _send_group(self) -> None:
+        """Hand the changed files read since the last group to one chunking job."""
+        if self.group:
+            job = self.pool.chunk(self.group, self.settings.chunk_chars, self.settings.chunk_overlap_lines)
+            for slot, entry in enumerate(self.unsent):
+                entry.slot, entry.job = slot, job
+            # new lists, not cleared ones: a worker pool may not have sent the job's yet
+            self.group, self.unsent, self.group_chars = [], [], 0
+
+    def _take(self, block: bool) -> None:
+        """Hand the chunks of files at the head of the line on to batches, in file order."""
+        while self.line and batching.may_take(self.line[0].job, block=block, files=len(self.line),
+                                              chars=self.line_chars, limits=self.pool):
+            self._hand_on(self.line.popleft())
+
+    def _hand_on(self, entry: PendingFile) -> None:
+        """One file off the head of the line: skipped, or its chunks into the batch being built."""
+        summary = self.summary
+        self.line_chars -= entry.chars
+        self.taken += 1
+        if self.progress:  # files before this one are done; 100% is reported once the last write is in
+            self.progress(self.taken - 1, len(self.files), summary.chunks_written + len(self.held) + self.pending_chunks)
+        if entry.reason is not None:
+            summary.skipped.append(Skipped(entry.rel, entry.reason))
+            return
+        assert entry.job is not None  # batching.may_take hands on sent files only
+        chunks = self.pool.result(entry.job)[entry.slot]
+        if not chunks and entry.old is None:
+            summary.skipped.append(Skipped(entry.rel, NO_TEXT))
+            return
+        summary.files_indexed += 1
+        if entry.old is not None:
+            self.stale.extend(entry.old.ids)
+        self.pending.append((entry.rel, entry.content_hash, chunks))
+        self.pending_chunks += len(chunks)
+        if batching.batch_full(self.pending_chunks, self.batch_chunks):
+            self._flush()
+
+    def _flush(self) -> None:
+        """The batch built so far to an embedding job (an empty one too: it carries its stale ids)."""
+        job = self.pool.points(self.pending, repo=self.repo, tenant=self.tenant) if self.pending else workers.done([])
+        self.writing.append((job, self.stale))
+        self.pending, self.pending_chunks, self.stale = [], 0, []
+        self._write(block=False)
+
+    def _write(self, block: bool) -> None:
         """Store the embedded batches at the head of the line, in order, WRITE_POINTS at a time (all
         of them when `block`)."""
-        while writing and (block or writing[0][0].done() or len(writing) > pool.batches_in_flight):
-            job, stale_ids = writing.popleft()
-            held.extend(pool.result(job))
-            held_stale.extend(stale_ids)
-            room = store.room()
-            if room is not None and len(held) >= room:
-                pool.rest()  # this write builds a segment: the workers' memory is not held beside the build's
-                store_held()
-            elif len(held) >= WRITE_POINTS:
-                store_held()
-        if block and held:
-            store_held()
+        while self.writing and batching.may_store(self.writing[0][0], block=block, batches=len(self.writing),
+                                                  limits=self.pool):
+            job, stale_ids = self.writing.popleft()
+            self.held.extend(self.pool.result(job))
+            self.held_stale.extend(stale_ids)
+            due = batching.store_due(len(self.held), self.store.room(), WRITE_POINTS)
+            if due == batching.BUILD:
+                self.pool.rest()  # this write builds a segment: the workers' memory is not held beside the build's
+            if due is not None:
+                self._store_held()
+        if block and self.held:
+            self._store_held()
 
-    def store_held() -> None:
-        built, stale_ids = held[:], held_stale[:]
-        held.clear()
-        held_stale.clear()
-        terms.replacing(stale_ids)  # read before the upsert overwrites them
-        terms.adding(built)
-        store.upsert(built)
-        summary.chunks_written += len(built)
+    def _store_held(self) -> None:
+        """Write the held points, then drop the ids their files had that they did not overwrite."""
+        built, stale_ids = self.held, self.held_stale
+        self.held, self.held_stale = [], []
+        self.terms.replacing(stale_ids)  # read before the upsert overwrites them
+        self.terms.adding(built)
+        self.store.upsert(built)
+        self.summary.chunks_written += len(built)
         new_ids = {p.id for p in built}
         drop = [i for i in stale_ids if i not in new_ids]
-        store.delete_ids(drop)
-        summary.chunks_deleted += len(drop)
+        self.store.delete_ids(drop)
+        self.summary.chunks_deleted += len(drop)
 
-    def flush() -> None:
-        nonlocal pending, pending_chunks, stale
-        writing.append((pool.points(pending, repo=repo, tenant=tenant) if pending else workers.done([]), stale))
-        pending, pending_chunks, stale = [], 0, []
-        write(block=False)
-
-    def take(block: bool) -> None:
-        """Hand the chunks of files at the head of the line on to batches, in file order."""
-        nonlocal pending_chunks, taken, line_chars
-        while line and line[0][4] is not None and (
-            block or line[0][4].done() or len(line) > pool.files_in_flight or line_chars > pool.chars_in_flight
-        ):
-            rel, fhash, old, slot, job, reason, chars = line.popleft()
-            line_chars -= chars
-            taken += 1
-            if progress:  # files before this one are done; 100% is reported once the last write is in
-                progress(taken - 1, len(files), summary.chunks_written + len(held) + pending_chunks)
-            if reason is not None:
-                summary.skipped.append(Skipped(rel, reason))
-                continue
-            chunks = pool.result(job)[slot]
-            if not chunks and old is None:
-                summary.skipped.append(Skipped(rel, NO_TEXT))
-                continue
-            summary.files_indexed += 1
-            if old is not None:
-                stale.extend(old.ids)
-            pending.append((rel, fhash, chunks))
-            pending_chunks += len(chunks)
-            if pending_chunks >= batch_chunks:
-                flush()
-
-    try:
-        for rel, path in files:
-            text, reason = reader.read_text(rel, settings.max_file_bytes)
-            if text is None:
-                line.append([rel, "", None, 0, _NOTHING, reason or "unreadable", 0])
-                continue
-            fhash = content_hash(text)
-            old = stored.pop(rel, None)
-            if old is not None and old.complete(fhash):
-                if not rechunk:
-                    summary.files_unchanged += 1
-                    continue
-                summary.rechunked = True
-            entry = [rel, fhash, old, 0, None, None, len(text)]
-            line.append(entry)
-            line_chars += len(text)
-            unsent.append(entry)
-            group.append((rel, text))
-            group_chars += len(text)
-            if group_chars >= pool.group_chars or len(group) >= pool.group_files:
-                send_group()
-                take(block=False)
-        send_group()
-        take(block=True)
-        flush()
-        while any(not job.done() for job, _ in writing):  # write what is in while the rest is embedded
-            futures.wait([writing[0][0]])
-            write(block=False)
-        pool.close()  # every point is built: the workers exit before the store's largest moment, the last writes
-        write(block=True)
-    finally:
-        reader.close()
-        pool.close()
-        summary.worker_died = pool.lost_a_worker
-    if progress:
-        progress(len(files), len(files), summary.chunks_written)
-    # files that are gone (or now ignored/skipped) lose their chunks
-    gone = [i for f in stored.values() for i in f.ids]
-    summary.files_deleted = len(stored)
-    terms.replacing(gone)
-    store.delete_ids(gone)
-    summary.chunks_deleted += len(gone)
-    if paths is None or not rechunk:  # files left out of this run are still chunked the old way
-        recipes[scope_key] = recipe
-    unfinished.pop(scope_key, None)
-    named = terms.finish()  # the table is stored before the metadata names it
-    store.set_metadata(last_indexed_at=time.time(), chunk_recipes=recipes, unfinished_index_runs=unfinished, **named)
-    store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
-    store.flush()
-    summary.seconds = time.perf_counter() - started
-    return summary
+    def _finish(self) -> None:
+        """Drop the chunks of files that are gone, record the recipe, and clear the unfinished mark."""
+        store, summary, scope_key = self.store, self.summary, self.scope_key
+        if self.progress:
+            self.progress(len(self.files), len(self.files), summary.chunks_written)
+        # files that are gone (or now ignored/skipped) lose their chunks
+        gone = [i for f in self.stored.values() for i in f.ids]
+        summary.files_deleted = len(self.stored)
+        self.terms.replacing(gone)
+        store.delete_ids(gone)
+        summary.chunks_deleted += len(gone)
+        if self.paths is None or not self.rechunk:  # files left out of this run are still chunked the old way
+            self.recipes[scope_key] = self.recipe
+        self.unfinished.pop(scope_key, None)
+        named = self.terms.finish()  # the table is stored before the metadata names it
+        store.set_metadata(last_indexed_at=time.time(), chunk_recipes=self.recipes, unfinished_index_runs=self.unfinished,
+                           **named)
+        store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
+        store.flush()

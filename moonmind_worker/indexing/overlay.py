@@ -33,7 +33,8 @@ from ..store.guardrails import check_collection
 from ..store.scopes import every_overlay, run_overlay
 from ..text.chunking import Chunk, chunk_text, language_of, sha256_text
 from ..text.files import Skipped, TreeReader, excluded_reason, name_problem
-from .indexer import build_points, content_hash
+from .indexer import content_hash
+from .payloads import build_points
 from .points import point_id
 
 #: Default lifetime of an overlay upsert (`--ttl`); a job normally cleans its run sooner.
@@ -180,6 +181,53 @@ def _tombstone(embedder: Embedder, rel: str, *, repo: str, tenant: str, run_id: 
     )
 
 
+def _read_targets(
+    targets: list[tuple[str, Path]], root_path: Path, settings: Settings, skipped: list[Skipped]
+) -> tuple[list[tuple[str, str, list[Chunk]]], list[str]]:
+    """The targets' chunks (path, content hash, chunks), and the paths that are gone or emptied; the rest skipped."""
+    docs: list[tuple[str, str, list[Chunk]]] = []
+    gone: list[str] = []
+    with TreeReader(root_path) as reader:  # each file read under the root, never through a link swapped in
+        for rel, path in targets:
+            reason = name_problem(rel) or excluded_reason(root_path, rel)
+            if reason is not None:
+                skipped.append(Skipped(rel, reason))
+                continue
+            if not path.exists():
+                gone.append(rel)
+                continue
+            text, why = reader.read_text(rel, settings.max_file_bytes)
+            if text is None:
+                skipped.append(Skipped(rel, why or "unreadable"))
+                continue
+            chunks = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines)
+            if chunks:
+                docs.append((rel, content_hash(text), chunks))
+            else:
+                gone.append(rel)  # emptied: the canonical text no longer exists either
+    return docs, gone
+
+
+def _chunk_points(
+    docs: list[tuple[str, str, list[Chunk]]], settings: Settings, embedder: Embedder,
+    *, repo: str, tenant: str, run_id: str, expires_at: float,
+) -> list[PointIn]:
+    """The files' points, embedded in batches cut as the indexer cuts them."""
+    points: list[PointIn] = []
+    batch_chunks = max(settings.embedding_batch_size * 4, 256)
+    batch: list[tuple[str, str, list[Chunk]]] = []
+    for doc in docs + [None]:  # None flushes the last batch
+        if doc is not None:
+            batch.append(doc)
+        if batch and (doc is None or sum(len(d[2]) for d in batch) >= batch_chunks):
+            points.extend(build_points(
+                embedder, batch, repo=repo, tenant=tenant, trust_class=WORKSPACE_OVERLAY,
+                run_id=run_id, expires_at=expires_at,
+            ))
+            batch = []
+    return points
+
+
 @observe.overlay_upsert
 def upsert_overlay(
     paths: Sequence[str | os.PathLike],
@@ -219,26 +267,7 @@ def upsert_overlay(
     now = time.time()
     expires_at = now + float(ttl_s)
     summary = OverlaySummary(run_id=run_id, repo=repo, tenant=tenant, expires_at=expires_at)
-    docs: list[tuple[str, str, list[Chunk]]] = []
-    gone: list[str] = []
-    with TreeReader(root_path) as reader:  # each file read under the root, never through a link swapped in
-        for rel, path in targets:
-            reason = name_problem(rel) or excluded_reason(root_path, rel)
-            if reason is not None:
-                summary.skipped.append(Skipped(rel, reason))
-                continue
-            if not path.exists():
-                gone.append(rel)
-                continue
-            text, why = reader.read_text(rel, settings.max_file_bytes)
-            if text is None:
-                summary.skipped.append(Skipped(rel, why or "unreadable"))
-                continue
-            chunks = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines)
-            if chunks:
-                docs.append((rel, content_hash(text), chunks))
-            else:
-                gone.append(rel)  # emptied: the canonical text no longer exists either
+    docs, gone = _read_targets(targets, root_path, settings, summary.skipped)
     written = [rel for rel, _, _ in docs] + gone
     if not written:
         summary.seconds = time.perf_counter() - started
@@ -261,18 +290,7 @@ def upsert_overlay(
     for h in store.scroll(Where(must=(*base, MatchAny("path", tuple(written)))), ["path"]):
         old.setdefault(h.payload["path"], set()).add(h.id)
 
-    points: list[PointIn] = []
-    batch_chunks = max(settings.embedding_batch_size * 4, 256)
-    batch: list[tuple[str, str, list[Chunk]]] = []
-    for doc in docs + [None]:  # None flushes the last batch
-        if doc is not None:
-            batch.append(doc)
-        if batch and (doc is None or sum(len(d[2]) for d in batch) >= batch_chunks):
-            points.extend(build_points(
-                embedder, batch, repo=repo, tenant=tenant, trust_class=WORKSPACE_OVERLAY,
-                run_id=run_id, expires_at=expires_at,
-            ))
-            batch = []
+    points = _chunk_points(docs, settings, embedder, repo=repo, tenant=tenant, run_id=run_id, expires_at=expires_at)
     points.extend(_tombstone(embedder, rel, repo=repo, tenant=tenant, run_id=run_id, expires_at=expires_at)
                   for rel in gone)
     for i in range(0, len(points), 512):

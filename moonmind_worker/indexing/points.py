@@ -3,7 +3,7 @@
 Why a module of its own: the index worker processes build points and import this, the embedder and
 the chunker only; pydantic (the contracts) would add its memory to each of them, the run's memory beside
 the writer's. The payload contract still decides every payload: the caller validates one
-`ChunkPayload` per batch (`indexer.payload_template`) and each point's payload is a copy of its
+`ChunkPayload` per batch (`payloads.payload_template`) and each point's payload is a copy of its
 dump with the chunk's own fields set.
 """
 
@@ -82,7 +82,7 @@ def symbol_keys(definitions: Any) -> list[str]:
 def build(embedder: Any, docs: Docs, template: dict[str, Any]) -> list[PointIn]:
     """Embed the chunks of several files as one batch and wrap them as points.
 
-    `template` is a validated payload of this batch (`indexer.payload_template`): its batch-wide
+    `template` is a validated payload of this batch (`payloads.payload_template`): its batch-wide
     values (repo, tenant, trust class, run, model, time) are every point's, and so is its key order.
     """
     flat = [(path, h, c) for path, h, chunks in docs for c in chunks]

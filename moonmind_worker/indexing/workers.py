@@ -173,12 +173,12 @@ class Pool:
         return self._submit(_chunk_group, group, chunk_chars, overlap_lines)
 
     def points(self, docs: list, *, repo: str, tenant: str) -> Future:
-        """`indexer.build_points` of one batch (embedded as one batch, wherever it runs).
+        """`payloads.build_points` of one batch (embedded as one batch, wherever it runs).
 
         The batch's payload template is validated here, where the contracts are loaded: a worker
         builds the points from it without them (`points.build`).
         """
-        from .indexer import payload_template
+        from .payloads import payload_template
 
         if not any(chunks for _, _, chunks in docs):
             return done([])
