@@ -1,0 +1,89 @@
+"""The embedded store's shard as the engine keeps it (edge.py): created with its indexes, loaded, flushed.
+
+The settings this version gives every shard (dense vectors, optimizers, payload indexes) come in as
+arguments: they are edge.py's, where a test swaps them for an older version's to make such a store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from .base import DENSE, SPARSE
+from .edge_disk import no_room, room_to_open
+
+
+def create(path: Path, dense: Any, optimizers: Any, wal: bool, indexes: Sequence[tuple[str, Any]]) -> Any:
+    """A new shard at `path` with these dense vectors, optimizers and payload indexes (name, parameters), flushed.
+
+    Why Cached for the graph, the sparse index and the payload indexes (the engine's defaults pin
+    them in RAM): pinned, every open copies them onto the heap (the sparse index, and a map per
+    payload field), a cost that grows with the index and that a one-shot search pays whole;
+    cached, they are memory-mapped from the same files and searched the same way (the same
+    results), warmed into the page cache instead of copied. Not Cold: that evicts the files
+    from the page cache on every open, and the first query then reads them from disk.
+    """
+    from qdrant_edge import EdgeConfig, EdgeShard, EdgeSparseVectorParams, HnswIndexConfig, Memory
+
+    cached = Memory.Cached
+    config = EdgeConfig(
+        vectors={DENSE: dense},
+        # no IDF modifier: the engine's would count every repository in the shard (see lexstats)
+        sparse_vectors={SPARSE: EdgeSparseVectorParams(memory=cached)},
+        hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, memory=cached),  # the defaults, but memory
+        optimizers=optimizers,
+        wal_enabled=None if wal else False,
+    )
+    shard = EdgeShard.create(str(path), config)
+    add_indexes(shard, indexes)
+    shard.flush()
+    return shard
+
+
+def add_indexes(shard: Any, indexes: Sequence[tuple[str, Any]]) -> None:
+    """Create these payload indexes (name, parameters) in `shard`."""
+    from qdrant_edge import UpdateOperation
+
+    for name, params in indexes:
+        shard.update(UpdateOperation.create_field_index(name, params))
+
+
+def given_again(dense: Any, optimizers: Any) -> Any:
+    """The settings a shard is loaded with again (`load`'s config): the segment cap and the dense vectors' placement.
+
+    A store created before them takes them then (the engine records them), before the optimize they
+    bound; the shard's other settings stay its own.
+    """
+    from qdrant_edge import EdgeConfig
+
+    return EdgeConfig(vectors={DENSE: dense}, optimizers=optimizers)
+
+
+def load(path: Path, where: Path, config: Any = None) -> tuple[Any, bool]:
+    """The shard at `path` loaded (`config`: settings given again), and whether it logs its writes ahead.
+
+    `where` is the store's directory, whose disk room an open on tmpfs needs (edge_disk.room_to_open).
+    """
+    from qdrant_edge import EdgeShard
+
+    room_to_open(where, path)
+    with no_room(where, "opening the store"):
+        shard = EdgeShard.load(str(path), config)
+    return shard, (path / "wal").is_dir()
+
+
+def flush(shard: Any, wal: bool, where: Path) -> None:
+    """Make every write durable; a shard with a write-ahead log (`wal`) then ends it with an empty entry.
+
+    Why the empty entry (an empty delete): the engine acknowledges the WAL up to its last
+    entry on flush, and every later open decodes that acknowledged entry again before
+    skipping it. After an index run that is the last upsert batch (a batch of vectors and
+    chunk text, CBOR-decoded on every one-shot search); an empty entry costs nothing to
+    decode. The log still holds every write, so durability is unchanged.
+    """
+    from qdrant_edge import UpdateOperation
+
+    with no_room(where, "flushing the store"):
+        if wal:
+            shard.update(UpdateOperation.delete_points([]))
+        shard.flush()
