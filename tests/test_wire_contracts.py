@@ -42,6 +42,7 @@ def test_a_check_row_is_the_doctors_check():
     assert set(get_type_hints(wire.CheckJSON)) == {f.name for f in dataclasses.fields(Check)}
 
 
+@pytest.mark.slow  # indexes and searches a tree: the full suite's, not the fast loop's
 def test_the_answers_of_a_one_shot_box_have_the_shapes_operations_declares(tmp_path, monkeypatch):
     """Index a small tree, overlay a file, list, count, describe and search it in this process: every key declared."""
     from moonmind_worker import operations
