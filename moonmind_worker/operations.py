@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
     from .owner.client import Progress
     from .wire import (
-        CheckJSON,
         ContextPackJSON,
         IndexReportJSON,
         IndexRequestJSON,
@@ -112,11 +111,6 @@ def repos(settings: Any, *, tenant: str | None) -> ReposJSON:
 def chunk_count(settings: Any, *, repo: str, tenant: str | None) -> int:
     """How many canonical chunks a repository holds (after the collection's guardrail checks)."""
     return int(execute(settings, "chunks", {"repo": repo, "tenant": tenant})["chunks"])
-
-
-def checks(settings: Any) -> list[CheckJSON]:
-    """The doctor's direct checks (embedding, store, collection, model, a real query), run where the store is."""
-    return execute(settings, "checks", {})
 
 
 def sync_embedding(settings: Any, *, collection: str | None, dry_run: bool,

@@ -160,17 +160,6 @@ class ReposJSON(TypedDict):
     repos: list[dict[str, Any]]
 
 
-class CheckJSON(TypedDict):
-    """One doctor check (`jobs.doctor.Check`)."""
-
-    name: str
-    ok: bool
-    detail: str
-    remedy: str
-    required: bool
-    code: str | None
-
-
 class SyncEmbeddingJSON(TypedDict):
     """`rag sync-embedding`: the plan or what was re-embedded, and its one-line summary."""
 

@@ -6,14 +6,12 @@ holds them to the models (and to the answers the operations really give), so nei
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import get_type_hints
 
 import pytest
 
 from moonmind_worker import contracts, wire
-from moonmind_worker.jobs.doctor import Check
 
 PAIRS = [
     (wire.QueryFields, contracts.RetrievalQuery),
@@ -36,10 +34,6 @@ def test_each_shape_names_its_contracts_fields(shape, model):
 def test_a_field_the_contract_requires_is_required_in_its_shape(shape, model):
     required = {name for name, f in model.model_fields.items() if f.is_required()}
     assert required <= shape.__required_keys__
-
-
-def test_a_check_row_is_the_doctors_check():
-    assert set(get_type_hints(wire.CheckJSON)) == {f.name for f in dataclasses.fields(Check)}
 
 
 @pytest.mark.slow  # indexes and searches a tree: the full suite's, not the fast loop's
