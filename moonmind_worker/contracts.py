@@ -1,18 +1,30 @@
-"""The wire contracts, in one place (field names are binding: clients parse them; docs/operations.md "Contracts").
+"""The wire contracts (field names are binding: clients parse them; docs/operations.md "Contracts").
 
-The chunk payload schema lives here too: the indexer writes `ChunkPayload` and
-the retriever reads it, so the two can never disagree about a field name.
+The query, the pack, the errors, the gateway's and `rag symbols`' shapes are here; the Celery tasks'
+arguments and reports are in `task_contracts.py`, the models' base in `contract_base.py`, and both are
+re-exported, so every contract is `contracts.X`. The chunk payload schema lives here too: the indexer
+writes `ChunkPayload` and the retriever reads it, so the two can never disagree about a field name.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from .contract_base import Contract, json_dump  # noqa: F401 - every caller names them `contracts.X`
 from .errors import has_surrogate
+from .task_contracts import (  # noqa: F401 - the tasks' contracts, named `contracts.X` by their callers
+    IndexReport,
+    IndexRequest,
+    OverlayCleanRequest,
+    OverlayCleanResult,
+    OverlayReport,
+    OverlayUpsertRequest,
+    SkippedFile,
+    SweepResult,
+)
 
 #: Version of the stored chunk payload. A collection written with a version this
 #: code does not list in READABLE_SCHEMA_VERSIONS is refused (re-index instead).
@@ -34,62 +46,6 @@ CANONICAL: Final = "canonical"
 WORKSPACE_OVERLAY: Final = "workspace_overlay"
 #: Where a stored chunk comes from: the canonical index or a run's workspace overlay.
 TrustClass = Literal["canonical", "workspace_overlay"]
-
-
-class Contract(BaseModel):
-    """Every wire model: validators built on first use, not at import.
-
-    Why: building all of them cost most of this module's import, and a one-shot `rag search`
-    builds none (`plainly_valid_query`, `json_dump`); the gateway and the tasks build them when they use them.
-    """
-
-    model_config = ConfigDict(defer_build=True)
-
-
-def json_dump(model: BaseModel) -> dict[str, Any]:
-    """`model.model_dump(mode="json")`, without building pydantic's serializer when every value is plain JSON.
-
-    Why: like validating (see `plainly_valid_query`), the first serializer a process builds
-    loads pydantic's plugin machinery. The packs the pipeline builds hold only str, int,
-    finite float, bool, None, lists, dicts and contract models, whose JSON form is the value
-    itself, fields in declaration order. Any other value, a custom serializer, a computed or
-    extra field: pydantic dumps it. tests/test_contracts.py compares the two on real packs.
-    """
-    try:
-        return _plain_model(model)
-    except _NotPlain:
-        return model.model_dump(mode="json")
-
-
-class _NotPlain(Exception):
-    pass
-
-
-def _plain_model(model: BaseModel) -> dict[str, Any]:
-    cls = type(model)
-    decorators = cls.__pydantic_decorators__
-    if decorators.field_serializers or decorators.model_serializers or cls.model_computed_fields or model.__pydantic_extra__:
-        raise _NotPlain
-    return {name: _plain_value(getattr(model, name)) for name in cls.model_fields}
-
-
-def _plain_value(v: Any) -> Any:
-    kind = type(v)
-    if v is None or kind is str or kind is int or kind is bool:
-        return v
-    if kind is float:
-        if not math.isfinite(v):  # inf or nan: pydantic's JSON mode decides
-            raise _NotPlain
-        return v
-    if kind is list:
-        return [_plain_value(x) for x in v]
-    if kind is dict:
-        if any(type(k) is not str for k in v):
-            raise _NotPlain
-        return {k: _plain_value(x) for k, x in v.items()}
-    if isinstance(v, Contract):
-        return _plain_model(v)
-    raise _NotPlain
 
 
 class Filters(Contract):
@@ -487,106 +443,6 @@ def _action_for(exc, fields: str = "flags") -> str:
         return ("Pass either --locations-only or --max-lines N, not both." if flags
                 else 'Send either "locations_only": true or "max_lines", not both.')
     return "Fix the request fields named above and retry."
-
-
-# ------------------------------------------------------ Celery task wire ---
-
-
-class IndexRequest(Contract):
-    """Arguments of the `moonmind.rag.index` task: a tree on the worker's filesystem."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(min_length=1)  # absolute path as the worker sees it
-    repo: str = Field(min_length=1)
-    tenant: str = Field(min_length=1)
-
-
-class SkippedFile(Contract):
-    path: str
-    reason: str
-    #: "file" (one of `files_seen`), "directory" (not walked into), "ignore rule" (an ignore pattern not applied)
-    kind: str = "file"
-
-
-class IndexReport(Contract):
-    """Result of indexing (CLI `rag index` and the `moonmind.rag.index` task print the same thing from it)."""
-
-    repo: str
-    tenant: str
-    files_seen: int
-    files_indexed: int
-    files_unchanged: int
-    files_deleted: int
-    chunks_written: int
-    chunks_deleted: int
-    skipped: list[SkippedFile]
-    seconds: float
-    #: files seen and not indexed: files_seen == files_indexed + files_unchanged + files_skipped
-    files_skipped: int = 0
-    #: files_skipped by reason ("binary": 3, ...), most frequent first
-    skipped_by_reason: dict[str, int] = {}
-    #: directories not walked into (unreadable, too deep; each in `skipped` with its reason)
-    dirs_skipped: int = 0
-    #: every file was chunked again: the chunking recipe changed since this repo's last run
-    rechunked: bool = False
-    #: the repo's previous run stopped before it finished (Ctrl-C, a kill, a crash): the files it
-    #: wrote whole were skipped by hash (`files_unchanged`), the rest written now
-    resumed: bool = False
-    #: an index worker process died (the kernel's OOM killer picks them first) and its jobs, and
-    #: the rest of the run, were done in the indexing process: the same points, more slowly
-    worker_died: bool = False
-    line: str  # the one-line human summary
-
-
-class OverlayUpsertRequest(Contract):
-    """Arguments of `moonmind.rag.overlay_upsert`: absolute paths inside `root`, as the worker sees them."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    paths: list[str] = Field(min_length=1)
-    root: str = Field(min_length=1)
-    run_id: str = Field(min_length=1)
-    ttl: str = "24h"  # a duration as the CLI takes it (900s, 30m, 2h, 1d), parsed by the overlay module
-    repo: str = Field(min_length=1)
-    tenant: str = Field(min_length=1)
-
-
-class OverlayReport(Contract):
-    """Result of an overlay upsert (the CLI prints the same thing in sync and queue mode)."""
-
-    run_id: str
-    repo: str
-    tenant: str
-    expires_at: str
-    files: list[str]
-    tombstones: list[str]
-    chunks_written: int
-    chunks_replaced: int
-    skipped: list[SkippedFile]
-    seconds: float
-    line: str
-
-
-class OverlayCleanRequest(Contract):
-    """Arguments of `moonmind.rag.overlay_clean`: one run's overlay, or every expired point."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    run_id: str | None = None
-    expired: bool = False
-
-
-class OverlayCleanResult(Contract):
-    removed: int
-    run_id: str | None
-    expired: bool
-
-
-class SweepResult(OverlayCleanResult):
-    """The beat sweep: expired overlay points removed, and runs whose cached packs passed retention."""
-
-    artifacts_pruned: int
 
 
 class SymbolHit(Contract):
