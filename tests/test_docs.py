@@ -39,3 +39,12 @@ def test_the_readme_is_a_front_door():
     assert len(text.splitlines()) <= 300
     for section in ("## Two commands", "## Use it from an agent (MCP)", "## Tests", "## Documentation"):
         assert section in text
+
+
+def test_the_benchmarks_page_holds_current_figures_only():
+    """Each benchmark's current figure and its command; earlier runs are in `git log -p BENCHMARKS.md`."""
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    lines = len(text.splitlines())
+    assert lines <= 400, f"BENCHMARKS.md has {lines} lines (at most 400): replace superseded figures, don't add beside them"
+    for section in ("## Goals", "<!-- bench:suite:begin -->", "<!-- bench:suite:end -->"):
+        assert section in text
