@@ -104,6 +104,16 @@ def test_no_import_cycle_beyond_the_known_ones():
     assert not new, f"new import cycles: {new}"
 
 
+#: A module past this many lines holds more than one thing: split it along what it holds.
+MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines():
+    long = [f"{path.relative_to(PACKAGE)}: {n}" for path in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > MODULE_LINES]
+    assert not long, "split these:\n" + "\n".join(long)
+
+
 def test_the_checker_sees_an_upward_import_and_a_cycle():
     graph = {"cli.rag": {"transports"}, "transports": {"cli.rag"}, "store": set()}
     assert _cycles(graph) == [frozenset({"cli.rag", "transports"})]
