@@ -153,6 +153,40 @@ def test_searches_stats_and_doctor_keep_working_after_an_index_filled_the_disk(o
     reads_work()
 
 
+def _shard_with_a_hole(small_fs: Path, hole: int, wal: bool) -> Path:
+    """A shard whose one mapped payload-index file (1 MiB, as the engine preallocates them) has `hole` bytes unwritten."""
+    shard = small_fs / "home" / "shard"
+    index = shard / "segments" / "s1" / "payload_index" / "path-map"
+    index.mkdir(parents=True)
+    with open(index / "flags_a.dat", "wb") as f:
+        f.write(b"\1" * ((1 << 20) - hole))
+        f.truncate(1 << 20)
+    if wal:
+        (shard / "wal").mkdir()
+    return shard
+
+
+def test_a_shard_without_a_log_opens_when_the_holes_it_reads_fit_in_what_is_free(small_fs):
+    """A refused write leaves a few pages unwritten; the reads after it must still open the store."""
+    from moonmind_worker.store.edge_disk import room_to_open
+
+    shard = _shard_with_a_hole(small_fs, 16 << 10, wal=False)
+    _fill(small_fs, leave=256 << 10)
+    room_to_open(small_fs / "home", shard)  # needs the hole and a little: no error
+
+
+@pytest.mark.parametrize(("hole", "wal"), [(16 << 10, True), (512 << 10, False)], ids=["log-replayed-on-open", "holes-past-free"])
+def test_an_open_that_may_take_more_than_is_free_is_disk_full(small_fs, hole, wal):
+    from moonmind_worker.errors import MoonmindError
+    from moonmind_worker.store.edge_disk import room_to_open
+
+    shard = _shard_with_a_hole(small_fs, hole, wal=wal)
+    _fill(small_fs, leave=256 << 10)
+    with pytest.raises(MoonmindError) as refused:
+        room_to_open(small_fs / "home", shard)
+    assert refused.value.code == "disk_full" and "opening the store" in refused.value.message
+
+
 def test_with_not_one_byte_free_reads_fail_with_disk_full_not_a_signal(on_fs, indexed_full, small_fs):
     _fill(small_fs)
     for args in (("rag", "search", "bearer token", "--repo", "demo", "--json"),
