@@ -74,13 +74,9 @@ def symbols(settings: Any, query: QueryFields) -> SymbolsResultJSON:
     return execute(settings, "symbols", {"query": _with_caller_defaults(settings, query, ("top_k",))})
 
 
-def index(settings: Any, request: IndexRequestJSON, *, paths: list[str] | None = None,
-          progress: Progress | None = None) -> IndexReportJSON:
-    """IndexRequest → IndexReport; `paths`: only these repo-relative files (what a watcher saw change)."""
-    args: dict[str, Any] = dict(request)
-    if paths is not None:
-        args["paths"] = paths
-    return execute(settings, "index", args, progress=progress)
+def index(settings: Any, request: IndexRequestJSON, *, progress: Progress | None = None) -> IndexReportJSON:
+    """IndexRequest → IndexReport (the owner's watcher re-indexes changed paths itself: owner/freshness.py)."""
+    return execute(settings, "index", dict(request), progress=progress)
 
 
 def overlay_upsert(settings: Any, request: OverlayUpsertRequestJSON) -> OverlayReportJSON:

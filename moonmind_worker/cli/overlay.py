@@ -13,6 +13,11 @@ from ..errors import MoonmindError
 from ..text.terminal import printable
 from .rag import add_execution_arguments, execution_mode, expect_keys, print_task_id, queue_timeout, run_queued
 
+TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 #: OverlayReport keys the CLI prints from (see `commands.rag.expect_keys`).
 OVERLAY_REPORT_KEYS = ("run_id", "skipped", "tombstones", "line")
 #: OverlayCleanResult keys.
@@ -71,10 +76,10 @@ def cmd_upsert(args: argparse.Namespace) -> int:
         "paths": paths, "root": str(root.resolve()), "ttl": args.ttl, "run_id": args.run_id or settings.run_id,
         "repo": args.repo or settings.repo, "tenant": args.tenant or settings.scope_tenant,
     })
-    return print_overlay_report(dict(report), args)
+    return print_overlay_report(report, args)
 
 
-def print_overlay_report(report: dict, args: argparse.Namespace) -> int:
+def print_overlay_report(report: Mapping[str, Any], args: argparse.Namespace) -> int:
     """One rendering of an upsert, for sync and queue alike (`report` is OverlayReport's JSON)."""
     from .main import note
 

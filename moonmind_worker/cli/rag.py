@@ -27,6 +27,7 @@ from ..transports.queue import PACK_KEYS  # noqa: F401 - ContextPack keys the CL
 
 TYPE_CHECKING = False  # annotations only: the thin client's path imports no `typing` (see cli/main.py)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 #: IndexReport keys the CLI relies on.
@@ -279,7 +280,7 @@ def index_progress(settings: Any):
                     finishing="finishing: removing deleted files' chunks, building the search index")
 
 
-def warn_if_nothing_indexed(report: dict[str, Any], path: str) -> None:
+def warn_if_nothing_indexed(report: Mapping[str, Any], path: str) -> None:
     """A tree with no indexable file is no error (exit 0: a repository may be empty), but it is said on stderr, with why."""
     if report.get("files_indexed", 0) or report.get("files_unchanged", 0):
         return
@@ -299,7 +300,7 @@ def warn_if_nothing_indexed(report: dict[str, Any], path: str) -> None:
                                f"file and its reason.\n"))
 
 
-def print_index_report(report: dict[str, Any], args: argparse.Namespace) -> int:
+def print_index_report(report: Mapping[str, Any], args: argparse.Namespace) -> int:
     """One rendering of an index run (IndexReport's JSON dict), for sync and queue alike."""
     import json
 
@@ -376,4 +377,4 @@ def cmd_index(args: argparse.Namespace) -> int:
         progress.close(final=False)
         raise
     progress.close()  # the progress ends right before the summary
-    return print_index_report(dict(report), args)
+    return print_index_report(report, args)
