@@ -122,16 +122,10 @@ def fit(texts: list[str], targets, base: Path, *, seed: int, epochs: int, batch:
     import torch
     import torch.nn.functional as F
     from safetensors.numpy import load_file
-    from tokenizers import Tokenizer
 
-    from .train import tokenize
+    from .train import prepare, tokenize
 
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
-    tokenizer = Tokenizer.from_file(str(base / "tokenizer.json"))
-    tokenizer.no_padding()
-    unk = tokenizer.token_to_id("[UNK]")
+    tokenizer, unk = prepare(base, seed, threads)
     rows = tokenize(texts, tokenizer, unk, max_tokens)
     keep = [i for i, r in enumerate(rows) if r]
     y = torch.from_numpy(np.asarray(targets, dtype=np.float32))

@@ -79,12 +79,9 @@ def batches(keep: list[int], sources: list[str], size: int, same_source: bool, r
     return out
 
 
-def train(pairs: list, *, base: Path, seed: int, epochs: int, batch: int, lr: float, tau: float, pull: float,
-          threads: int, same_source: bool = False, hard_negatives: bool = False):
-    import numpy as np
+def prepare(base: Path, seed: int, threads: int):
+    """Torch seeded and deterministic on `threads`; the base model's tokenizer (no padding) and its unknown token's id."""
     import torch
-    import torch.nn.functional as F
-    from safetensors.numpy import load_file
     from tokenizers import Tokenizer
 
     torch.manual_seed(seed)
@@ -92,7 +89,17 @@ def train(pairs: list, *, base: Path, seed: int, epochs: int, batch: int, lr: fl
     torch.use_deterministic_algorithms(True)
     tokenizer = Tokenizer.from_file(str(base / "tokenizer.json"))
     tokenizer.no_padding()
-    unk = tokenizer.token_to_id("[UNK]")
+    return tokenizer, tokenizer.token_to_id("[UNK]")
+
+
+def train(pairs: list, *, base: Path, seed: int, epochs: int, batch: int, lr: float, tau: float, pull: float,
+          threads: int, same_source: bool = False, hard_negatives: bool = False):
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from safetensors.numpy import load_file
+
+    tokenizer, unk = prepare(base, seed, threads)
     queries = tokenize([p.query for p in pairs], tokenizer, unk, 512)
     docs = tokenize([p.positive for p in pairs], tokenizer, unk, 512)
     negatives = tokenize([p.negative if hard_negatives else "" for p in pairs], tokenizer, unk, 512)
