@@ -24,9 +24,12 @@ LOCK_FILES = frozenset(
     """package-lock.json yarn.lock pnpm-lock.yaml poetry.lock Pipfile.lock Cargo.lock composer.lock Gemfile.lock
     go.sum uv.lock pdm.lock mix.lock flake.lock""".split()
 )
+#: Types that are never text (or only generated text), skipped by name, unread. `.mo`: gettext's compiled
+#: catalogs, binary, beside the `.po` they are built from (1,261 in Django: read and found binary on every run,
+#: and their size alone started a no-change run's worker processes, see indexing.workers.Pool.expect).
 SKIP_SUFFIXES = (".min.js", ".min.css", ".map", ".lock", ".pyc", ".so", ".dll", ".dylib", ".class", ".jar",
                  ".png", ".jpg", ".jpeg", ".gif", ".ico", ".pdf", ".zip", ".gz", ".tar", ".whl", ".woff",
-                 ".woff2", ".ttf", ".eot", ".mp4", ".mp3", ".sqlite", ".db", ".bin", ".pkl", ".npy", ".parquet")
+                 ".woff2", ".ttf", ".eot", ".mp4", ".mp3", ".sqlite", ".db", ".bin", ".pkl", ".npy", ".parquet", ".mo")
 
 
 @dataclass(frozen=True)
