@@ -657,3 +657,42 @@ def test_a_run_whose_new_files_are_large_starts_its_workers_before_this_process_
         assert warm._model is not None  # the one changed file was embedded here
     finally:
         store.close()
+
+
+def test_a_compiled_gettext_catalog_is_skipped_by_its_type_unread_and_its_po_source_is_walked(tmp_path):
+    from moonmind_worker.text.files import Skipped, walk
+
+    locale = tmp_path / "locale" / "de" / "LC_MESSAGES"
+    locale.mkdir(parents=True)
+    (locale / "django.po").write_text('msgid "Bearer token"\nmsgstr "Inhabertoken"\n')
+    (locale / "django.mo").write_bytes(b"\xde\x12\x04\x95\x00\x00\x00\x00")
+    skipped: list[Skipped] = []
+    assert [rel for rel, _ in walk(tmp_path, skipped)] == ["locale/de/LC_MESSAGES/django.po"]
+    assert [(s.path, s.reason) for s in skipped] == [("locale/de/LC_MESSAGES/django.mo", "lock/vendored/binary type")]
+
+
+def test_a_new_file_over_the_size_limit_does_not_start_the_workers(tmp_path, monkeypatch):
+    """Such a file is skipped unread, so its size is no text to chunk: a run of one small file stays in this process."""
+    from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.indexing.indexer import index_repository
+    from moonmind_worker.settings import Settings
+    from moonmind_worker.store import EdgeStore
+
+    monkeypatch.setattr(workers, "START_CHARS", 150_000)
+    monkeypatch.setattr(workers, "worker_count", lambda setting: 1 if setting is None else setting)  # auto, any box
+    started: list[int] = []
+    monkeypatch.setattr(workers.Pool, "_start", lambda self: started.append(1))  # stays in this process either way
+    root = tmp_path / "tree"
+    (root / "data").mkdir(parents=True)
+    (root / "app.py").write_text("def rotate_bearer_token(store):\n    return store.rotate()\n")
+    (root / "data" / "dump.json").write_text('{"rows": [' + ", ".join(["1"] * 100_000) + "]}\n")
+    settings = Settings(_env_file=None, moonmind_home=tmp_path / "home", qdrant_url=None, collection="moonmind__repo",
+                        max_file_bytes=100_000)
+    store = EdgeStore(settings.data_dir, settings.collection)
+    try:
+        s = index_repository(root, repo="demo", tenant="acme", settings=settings, embedder=StaticEmbedder(), store=store)
+    finally:
+        store.close()
+    assert s.files_indexed == 1 and s.skipped_by_reason() == {"larger than 100000 bytes": 1}
+    assert started == []

@@ -305,8 +305,9 @@ class IndexRun:
         summary.files_seen = count_seen(self.files, summary.skipped)
         self.batch_chunks = batching.batch_chunks(self.settings.embedding_batch_size)
         self.pool = workers.Pool(self.embedder, self.settings)
-        # new files: a cold run's whole tree
-        self.pool.expect(sum(_size(path) for rel, path in self.files if rel not in self.stored))
+        # new files: a cold run's whole tree; a file over the size limit is skipped unread, so it counts nothing
+        limit = self.settings.max_file_bytes
+        self.pool.expect(sum(n for rel, path in self.files if rel not in self.stored and (n := _size(path)) <= limit))
         self.reader = TreeReader(root.resolve())  # reads what the walk listed, never through a link swapped in since
 
     def _stream(self) -> None:
