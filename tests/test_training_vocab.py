@@ -7,6 +7,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
+from training.train import write_model
 from training.vocab import from_pieces
 
 PIECES = ["[UNK]", "query", "##set", "kw", "##args", "get"]
@@ -25,8 +26,8 @@ def _base(root: Path) -> Path:
 
 def test_a_new_word_is_one_token_whose_row_is_the_mean_of_its_pieces(tmp_path):
     base, out = _base(tmp_path / "base"), tmp_path / "out"
-    out.mkdir()
-    from_pieces(["queryset", "kwargs"], base, out)
+    table, tokenizer_json = from_pieces(["queryset", "kwargs"], base)
+    write_model(table, out, base, {"vocab_size": len(table)}, tokenizer=tokenizer_json)
 
     tokenizer = Tokenizer.from_file(str(out / "tokenizer.json"))
     assert tokenizer.encode("get QuerySet kwargs", add_special_tokens=False).tokens == ["get", "queryset", "kwargs"]

@@ -28,18 +28,17 @@ import argparse
 import hashlib
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from .log import speaker
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "training" / "work"
 
 
-def say(msg: str) -> None:
-    sys.stderr.write(f"[teacher] {msg}\n")
-    sys.stderr.flush()
+say = speaker("teacher")
 
 
 def _digest(text: str) -> str:

@@ -19,7 +19,6 @@ import hashlib
 import json
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -27,15 +26,15 @@ from pathlib import Path
 
 from bench.languages import model_dir
 
+from .log import speaker
+
 ROOT = Path(__file__).resolve().parent.parent
 #: The distilled table (scripts/build_static_model.py) as shipped before this training existed.
 BASE_MODEL = "git:ccb2110"
 WORK = ROOT / "training" / "work"
 
 
-def say(msg: str) -> None:
-    sys.stderr.write(f"[train] {msg}\n")
-    sys.stderr.flush()
+say = speaker("train")
 
 
 def build_pairs(cap: int, seed: int, negatives: bool = False) -> list:
@@ -136,15 +135,19 @@ def train(pairs: list, *, base: Path, seed: int, epochs: int, batch: int, lr: fl
     return table.detach().numpy()
 
 
-def write_model(table, out: Path, base: Path, meta: dict) -> None:
+def write_model(table, out: Path, base: Path, meta: dict, tokenizer: str | None = None) -> None:
+    """A model directory: `table` as float16, `meta` as config.json, base's NOTICE, and base's tokenizer
+    (or `tokenizer`, a tokenizer.json's text, for a table whose vocabulary differs: training/vocab.py)."""
     import numpy as np
     from safetensors.numpy import save_file
 
     out.mkdir(parents=True, exist_ok=True)
     save_file({"embeddings": np.asarray(table, dtype=np.float16)}, str(out / "embeddings.safetensors"))
-    for name in ("tokenizer.json", "NOTICE"):
+    for name in ("tokenizer.json", "NOTICE") if tokenizer is None else ("NOTICE",):
         if (base / name).exists() and (base / name).resolve() != (out / name).resolve():
             shutil.copy(base / name, out / name)
+    if tokenizer is not None:
+        (out / "tokenizer.json").write_text(tokenizer)
     (out / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 

