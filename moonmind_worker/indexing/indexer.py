@@ -22,7 +22,7 @@ from ..contracts import PAYLOAD_SCHEMA_VERSION
 from ..embedding import Embedder
 from ..heap import keep_large_blocks_out_of_the_heap
 from ..settings import Settings
-from ..store import PointIn, Store
+from ..store import FileTable, PointIn, Store
 from ..store.guardrails import check_collection
 from ..store.lexstats import RunTable
 from ..store.scopes import canonical_repo
@@ -246,6 +246,11 @@ class IndexRun:
         self.taken = 0  # files handed on
         self.held: list[PointIn] = []  # embedded points not yet stored (fewer than WRITE_POINTS), in order
         self.held_stale: list[str] = []  # the ids their files had before
+        # what the file table this run writes at its end lists: files it left out (`paths`), found unchanged, wrote
+        self.outside: dict[str, StoredFile] = {}
+        self.kept: dict[str, StoredFile] = {}
+        self.written: dict[str, StoredFile] = {}
+        self.table_read = False  # what was stored came from the file table (not read back from the chunks)
 
     def run(self) -> IndexSummary:
         started = time.perf_counter()
@@ -272,6 +277,8 @@ class IndexRun:
         self.recipes = dict((info.extra.get("chunk_recipes") if info else None) or {})
         self.recipe = chunk_recipe(self.settings)
         self.rechunk = self.recipes.get(scope_key) != self.recipe
+        # the repository's BM25 statistics, marked stale (begin) until the run ends; its version names the file table too
+        self.terms = RunTable(store, info, self.tenant, self.repo)
         self.stored = self._stored_files()
         if scope_key not in self.recipes and not self.stored:
             # nothing is stored in this scope, so nothing can have been chunked another way: record the
@@ -280,23 +287,56 @@ class IndexRun:
             self.recipes[scope_key] = self.recipe
             self.rechunk = False
         if self.paths is not None:
-            self.stored = {p: f for p, f in self.stored.items() if any(a in self.paths for a in _self_and_parents(p))}
+            selected = {p for p in self.stored if any(a in self.paths for a in _self_and_parents(p))}
+            self.outside = {p: f for p, f in self.stored.items() if p not in selected}
+            self.stored = {p: self.stored[p] for p in selected}
         # marked before the first write, cleared by the last: the next run knows this one was cut short
         self.unfinished = dict((info.extra.get("unfinished_index_runs") if info else None) or {})
         summary.resumed = scope_key in self.unfinished
         self.unfinished[scope_key] = time.time()
-        # the repository's BM25 statistics, marked stale until the run ends
-        self.terms = RunTable(store, info, self.tenant, self.repo)
         store.set_metadata(chunk_recipes=self.recipes, unfinished_index_runs=self.unfinished, **self.terms.begin())
 
     def _stored_files(self) -> dict[str, StoredFile]:
         """What is stored now, per path: every chunk's version and place, so that a file is only
-        "unchanged" when all of its chunks are of this version and none is missing."""
+        "unchanged" when all of its chunks are of this version and none is missing.
+
+        From the repository's file table when the metadata names one (the last run that finished
+        wrote it, and no chunk changed since); else read back from the chunks' payloads.
+        """
+        table = self._named_file_table()
+        if table is not None:
+            self.table_read = True
+            return {path: StoredFile(set(ids), {h}, set(range(len(ids))), {len(ids)}) for path, (h, ids) in table.files.items()}
         stored: dict[str, StoredFile] = {}
         fields = ["path", "content_hash", "chunk_sequence", "total_chunks"]
         for hit in self.store.scroll(canonical_repo(self.repo, self.tenant), fields):
             stored.setdefault(hit.payload["path"], StoredFile()).add(hit.id, hit.payload)
         return stored
+
+    def _named_file_table(self) -> FileTable | None:
+        """The file table of the version the metadata names, if its chunks are all still there (their count)."""
+        version = self.terms.old_version
+        table = self.store.read_file_table(self.terms.key, version) if version else None
+        if table is None or sum(len(ids) for _, ids in table.files.values()) != self.store.count(
+                canonical_repo(self.repo, self.tenant)):
+            return None
+        return table
+
+    def _write_file_table(self) -> None:
+        """The files this run leaves stored, under the version its metadata is about to name (see `FileTable`).
+
+        Written before the metadata names it, as the term table is; none when a file is not one whole
+        version (the next run reads the chunks instead).
+        """
+        version = self.terms.version
+        if version is None or (version == self.terms.old_version and self.table_read):
+            return  # a store that keeps no term table, or the table that was read is still the one named
+        files: dict[str, tuple[str, list[str]]] = {}
+        for path, f in {**self.outside, **self.kept, **self.written}.items():
+            if len(f.hashes) != 1 or not f.complete(next(iter(f.hashes))):
+                return
+            files[path] = (next(iter(f.hashes)), sorted(f.ids))
+        self.store.write_file_table(self.terms.key, FileTable(version, files))
 
     def _start(self) -> None:
         """List the files, and start the pool that chunks and embeds them."""
@@ -334,6 +374,7 @@ class IndexRun:
         if old is not None and old.complete(fhash):
             if not self.rechunk:
                 self.summary.files_unchanged += 1
+                self.kept[rel] = old
                 return
             self.summary.rechunked = True
         entry = PendingFile(rel, fhash, old, 0, None, None, len(text))
@@ -414,6 +455,8 @@ class IndexRun:
         self.terms.replacing(stale_ids)  # read before the upsert overwrites them
         self.terms.adding(built)
         self.store.upsert(built)
+        for p in built:
+            self.written.setdefault(p.payload["path"], StoredFile()).add(p.id, p.payload)
         self.summary.chunks_written += len(built)
         new_ids = {p.id for p in built}
         drop = [i for i in stale_ids if i not in new_ids]
@@ -435,6 +478,7 @@ class IndexRun:
             self.recipes[scope_key] = self.recipe
         self.unfinished.pop(scope_key, None)
         named = self.terms.finish()  # the table is stored before the metadata names it
+        self._write_file_table()  # and so is this one
         store.set_metadata(last_indexed_at=time.time(), chunk_recipes=self.recipes, unfinished_index_runs=self.unfinished,
                            **named)
         store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index

@@ -19,6 +19,7 @@ from .base import (
     SPARSE,
     CollectionInfo,
     EmbeddedStore,
+    FileTable,
     Hit,
     Match,
     MatchAny,
@@ -35,7 +36,7 @@ from .remote import QdrantClientStore
 
 __all__ = [
     "DENSE", "LEXICAL_FORMAT", "LEXICAL_FORMAT_KEY", "PAYLOAD_CACHE_POINTS", "PAYLOAD_INDEXES", "SPARSE", "CollectionInfo",
-    "EdgeStore", "EmbeddedStore", "Hit",
+    "EdgeStore", "EmbeddedStore", "FileTable", "Hit",
     "Match", "MatchAny", "PointIn", "QdrantClientStore", "Range", "SearchSpec", "SparseVec", "Store", "TermTable", "Where",
     "open_replica", "open_store",
 ]

@@ -140,6 +140,19 @@ class TermTable:
 
 
 @dataclass
+class FileTable:
+    """A repository's canonical chunks per file: the content hash they were all cut from, and their ids.
+
+    What an index run reads to tell unchanged files from changed ones, without reading back every
+    chunk's payload; `version` is the repository's term table's (`lexstats`): the metadata names it
+    only while the stored chunks are exactly these, so a run that was cut short leaves none named.
+    """
+
+    version: str
+    files: dict[str, tuple[str, list[str]]]
+
+
+@dataclass
 class CollectionInfo:
     name: str
     dimensions: int
@@ -191,6 +204,14 @@ class Store(Protocol):
 
     def write_term_table(self, key: str, table: TermTable) -> None:
         """Store `key`'s table durably, replacing its other versions."""
+        ...
+
+    def read_file_table(self, key: str, version: str) -> FileTable | None:
+        """The file table stored for `key` at exactly `version` (None when there is none)."""
+        ...
+
+    def write_file_table(self, key: str, table: FileTable) -> None:
+        """Store `key`'s file table durably, replacing its other versions (a store may keep none: then read gives None)."""
         ...
 
     def count(self, where: Where | None = None) -> int: ...

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ContextManager, Iterator, Sequence
 
-from . import edge_disk, edge_reads, edge_replica, edge_shard, edge_term_tables
+from . import edge_disk, edge_file_tables, edge_reads, edge_replica, edge_shard, edge_term_tables
 from .base import (
     DENSE,
     LEXICAL_FORMAT,
@@ -25,6 +25,7 @@ from .base import (
     PAYLOAD_INDEXES,
     SPARSE,
     CollectionInfo,
+    FileTable,
     Hit,
     PointIn,
     SearchSpec,
@@ -36,6 +37,7 @@ from .base import (
 )
 from .edge_directory import EdgeDirectory
 from .edge_disk import BATCH_FACTOR, CREATE_BYTES
+from .edge_file_tables import FILE_TABLES
 from .edge_query import _edge_filter, _edge_query
 from .edge_term_tables import TERM_TABLES
 
@@ -382,6 +384,13 @@ class EdgeStore:
     def write_term_table(self, key: str, table: TermTable) -> None:
         """One file per key and version, written whole and renamed into place, then the key's other versions removed."""
         edge_term_tables.write(self.data_dir / TERM_TABLES, key, table, self.dir)
+
+    def read_file_table(self, key: str, version: str) -> FileTable | None:
+        return edge_file_tables.read(self.data_dir / FILE_TABLES, key, version)
+
+    def write_file_table(self, key: str, table: FileTable) -> None:
+        """One file per key and version, written whole and renamed into place, then the key's other versions removed."""
+        edge_file_tables.write(self.data_dir / FILE_TABLES, key, table, self.dir)
 
     def optimize(self) -> None:
         """Merge segments and build the HNSW index, in this process, before the shard is searched.

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from ..errors import MoonmindError
 from .base import CollectionInfo
 from .edge_disk import no_room
+from .edge_file_tables import FILE_TABLES
 from .edge_term_tables import TERM_TABLES
 
 
@@ -134,6 +135,7 @@ class EdgeDirectory:
         if (self.data_dir / "shard").exists():
             shutil.rmtree(self.data_dir / "shard")
         shutil.rmtree(self.data_dir / TERM_TABLES, ignore_errors=True)  # the counts of the points just dropped
+        shutil.rmtree(self.data_dir / FILE_TABLES, ignore_errors=True)  # and their files
 
     def forget(self) -> None:
         """Drop the metadata and alias remembered: they may change now."""
@@ -169,6 +171,7 @@ class EdgeDirectory:
         if name is None:
             shutil.rmtree(self.dir / "shard", ignore_errors=True)
             shutil.rmtree(self.dir / TERM_TABLES, ignore_errors=True)
+            shutil.rmtree(self.dir / FILE_TABLES, ignore_errors=True)
         elif name != self.alias_target() and name != self.collection:
             shutil.rmtree(self.dir.parent / name, ignore_errors=True)
 

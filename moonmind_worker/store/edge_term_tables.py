@@ -15,7 +15,7 @@ TERM_TABLES = "term_tables"
 def read(folder: Path, key: str, version: str) -> TermTable | None:
     """The table of `key` at `version` in `folder`, or None when there is none (or only part of one)."""
     try:
-        raw = (folder / _table_name(key, version)).read_bytes()
+        raw = (folder / table_name(key, version)).read_bytes()
     except FileNotFoundError:
         return None
     return _table_from_bytes(version, raw)
@@ -26,12 +26,17 @@ def write(folder: Path, key: str, table: TermTable, where: Path) -> None:
 
     `folder` is TERM_TABLES in the data directory of the store at `where` (the room checked is its disk's).
     """
+    write_whole(folder, table_name(key, table.version), _table_bytes(table), where,
+                "writing the repository's term statistics")
+
+
+def write_whole(folder: Path, name: str, data: bytes, where: Path, doing: str) -> None:
+    """`data` as `folder/name`, durably (written aside, renamed into place, the folder synced), then the
+    other versions of the same key (`<key hash>.*`) removed."""
     folder.mkdir(mode=0o700, exist_ok=True)
-    name = _table_name(key, table.version)
     tmp = folder / f".{name}.tmp"
-    data = _table_bytes(table)
-    room(where, len(data), "writing the repository's term statistics", lambda: folder.parent / "shard")
-    with no_room(where, "writing the repository's term statistics"):
+    room(where, len(data), doing, lambda: folder.parent / "shard")
+    with no_room(where, doing):
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
@@ -48,7 +53,7 @@ def write(folder: Path, key: str, table: TermTable, where: Path) -> None:
             old.unlink(missing_ok=True)
 
 
-def _table_name(key: str, version: str) -> str:
+def table_name(key: str, version: str) -> str:
     """`<hash of the key>.<version>`: a name safe for any tenant and repository name."""
     import hashlib
 

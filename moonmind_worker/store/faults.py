@@ -15,8 +15,8 @@ import os
 from typing import Any
 
 #: Every method of the Store protocol that changes what is stored.
-WRITES = ("create", "upsert", "delete", "delete_ids", "set_metadata", "write_term_table", "optimize", "flush", "switch_alias",
-          "drop_physical")
+WRITES = ("create", "upsert", "delete", "delete_ids", "set_metadata", "write_term_table", "write_file_table", "optimize",
+          "flush", "switch_alias", "drop_physical")
 #: The exit status of an injected crash (distinct from every documented exit code).
 CRASH_EXIT = 86
 

@@ -156,6 +156,7 @@ class RunTable:
         self.docs = 0
         self.counts: Counter[int] | None = None  # None: counted from the points at the end
         self.changed = False
+        self.version: str | None = None  # what `finish` named
         if self.old_version:
             table = load(store, self.key, old)
             self.docs, self.counts = table.docs, Counter(dict(zip(table.ids, table.counts)))
@@ -190,8 +191,9 @@ class RunTable:
         if not self.active:
             return {}
         if self.old_version and not self.changed:
+            self.version = self.old_version
             return self._meta(self.old_version)
-        version = uuid.uuid4().hex
+        version = self.version = uuid.uuid4().hex
         if self.counts is None:
             table = count_repo(self.store, self.tenant, self.repo, version)
         else:

@@ -23,6 +23,7 @@ from .base import (
     PAYLOAD_INDEXES,
     SPARSE,
     CollectionInfo,
+    FileTable,
     Hit,
     Match,
     MatchAny,
@@ -396,6 +397,13 @@ class QdrantClientStore:
             vector={TABLE_VECTOR: m.SparseVector(indices=list(table.ids), values=[float(c) for c in table.counts])},
         )
         self._call(lambda: self._client.upsert(name, points=[point], wait=True), "Qdrant upsert")
+
+    def read_file_table(self, key: str, version: str) -> FileTable | None:
+        """None: a server keeps none (an index run reads the chunks' paths and hashes from it, in pages)."""
+        return None
+
+    def write_file_table(self, key: str, table: FileTable) -> None:
+        """Nothing: the table saves a cold process reading the embedded store's payloads from disk, which a server has in memory."""
 
     def count(self, where: Where | None = None) -> int:
         flt = _client_filter(where) if where else None

@@ -1,0 +1,133 @@
+"""The repository's file table (issue 36, "no-change re-index ≤ 1 s"): what a run reads instead of every chunk's payload.
+
+The embedded store keeps, per repository, each file's content hash and chunk ids under the
+version its metadata names; a run trusts it only while that is so and the repository's chunk
+count agrees, and leaves one that says exactly what its chunks say.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from moonmind_worker.indexing.indexer import IndexRun, StoredFile, index_repository
+from moonmind_worker.store import lexstats
+from moonmind_worker.store.scopes import canonical_repo
+
+from conftest import FIXTURE_FILES, write_tree
+
+REPO, TENANT = "demo", "acme"
+
+
+@pytest.fixture
+def world(env, tmp_path):
+    """(the tree, index(paths=None) -> summary, the store) on Qdrant Edge on disk."""
+    from moonmind_worker.runtime import get_embedder
+    from moonmind_worker.settings import get_settings
+    from moonmind_worker.store import open_store
+
+    get_settings.cache_clear()
+    settings = get_settings()
+    embedder = get_embedder(settings)
+    store = open_store(settings)
+    root = write_tree(tmp_path / "tree", FIXTURE_FILES)
+
+    def index(paths=None):
+        return index_repository(root, repo=REPO, tenant=TENANT, settings=settings, embedder=embedder, store=store,
+                                paths=paths)
+
+    yield root, index, store, (settings, embedder)
+    store.close()
+
+
+def _named_table(store):
+    key = lexstats.table_key(TENANT, REPO)
+    version = lexstats.entries(store.info())[key]["version"]
+    table = store.read_file_table(key, version)
+    assert table is not None, "no file table under the version the metadata names"
+    return {path: (h, sorted(ids)) for path, (h, ids) in table.files.items()}
+
+
+def _from_chunks(store):
+    """What the chunks' own payloads say, per file (the read a run makes without a table)."""
+    stored: dict[str, StoredFile] = {}
+    for hit in store.scroll(canonical_repo(REPO, TENANT), ["path", "content_hash", "chunk_sequence", "total_chunks"]):
+        stored.setdefault(hit.payload["path"], StoredFile()).add(hit.id, hit.payload)
+    out = {}
+    for path, f in stored.items():
+        assert len(f.hashes) == 1 and f.complete(next(iter(f.hashes))), path
+        out[path] = (next(iter(f.hashes)), sorted(f.ids))
+    return out
+
+
+def _reads_the_table(store, root: Path, settings, embedder) -> bool:
+    run = IndexRun(root, repo=REPO, tenant=TENANT, settings=settings, embedder=embedder, store=store)
+    run._begin()
+    return run.table_read
+
+
+def test_a_finished_first_run_leaves_a_table_equal_to_what_its_chunks_say(world):
+    root, index, store, _ = world
+    index()
+    assert set(_named_table(store)) == set(FIXTURE_FILES)
+    assert _named_table(store) == _from_chunks(store)
+
+
+def test_a_run_over_edited_added_shrunk_and_deleted_files_leaves_the_table_equal_to_its_chunks(world):
+    root, index, store, _ = world
+    big = root / "pkg/big.py"
+    big.parent.mkdir()
+    big.write_text("".join(f"def handler_{i}(request):\n    return {{'value': {i}}}\n\n\n" * 4 for i in range(60)))
+    index()
+    assert len(_named_table(store)["pkg/big.py"][1]) > 2
+    big.write_text("def only(request):\n    return 'v2'\n")  # its stale chunks go
+    (root / "auth/tokens.py").write_text((root / "auth/tokens.py").read_text() + "\n\ndef revoke(token):\n    return None\n")
+    (root / "docs/new.md").write_text("# Rotating keys\n\nHow signing keys are rotated.\n")
+    (root / "web/render.js").unlink()
+    summary = index()
+    assert summary.files_deleted == 1 and summary.files_indexed == 3
+    table = _named_table(store)
+    assert table == _from_chunks(store)
+    assert "web/render.js" not in table and "docs/new.md" in table and len(table["pkg/big.py"][1]) == 1
+
+
+def test_a_run_over_a_few_paths_leaves_a_table_of_the_whole_repository(world):
+    root, index, store, _ = world
+    index()
+    (root / "auth/tokens.py").write_text("def verify(token):\n    return bool(token)\n")
+    summary = index(paths=["auth/tokens.py"])  # what the owner's watcher runs for one edit
+    assert summary.files_indexed == 1
+    table = _named_table(store)
+    assert table == _from_chunks(store)
+    assert set(table) == set(FIXTURE_FILES)
+
+
+def test_a_run_after_a_finished_one_reads_the_table(world):
+    root, index, store, (settings, embedder) = world
+    index()
+    assert _reads_the_table(store, root, settings, embedder)
+
+
+def test_a_chunk_gone_behind_the_tables_back_is_seen_and_its_file_written_again(world):
+    root, index, store, (settings, embedder) = world
+    index()
+    victim = "auth/tokens.py"
+    store.delete_ids(_from_chunks(store)[victim][1][:1])  # the metadata still names the table
+    assert not _reads_the_table(store, root, settings, embedder)  # the chunk count disagrees: read the chunks
+    summary = index()
+    assert summary.files_indexed == 1 and summary.files_unchanged == len(FIXTURE_FILES) - 1
+    assert _named_table(store) == _from_chunks(store)
+
+
+def test_a_run_that_was_cut_short_leaves_no_table_named_and_the_next_one_reads_the_chunks(world):
+    root, index, store, (settings, embedder) = world
+    index()
+    run = IndexRun(root, repo=REPO, tenant=TENANT, settings=settings, embedder=embedder, store=store)
+    run._begin()  # marks the run unfinished, and the table stale, before a first write; then the process dies
+    assert lexstats.entries(store.info())[lexstats.table_key(TENANT, REPO)]["version"] is None
+    assert not _reads_the_table(store, root, settings, embedder)
+    summary = index()
+    assert summary.files_unchanged == len(FIXTURE_FILES)
+    assert _named_table(store) == _from_chunks(store)
+    assert _reads_the_table(store, root, settings, embedder)
