@@ -403,7 +403,7 @@ class QdrantClientStore:
         return None
 
     def write_file_table(self, key: str, table: FileTable) -> None:
-        """Nothing: the table saves a cold process reading the embedded store's payloads from disk, which a server has in memory."""
+        """Nothing: the table spares a new process reading the embedded store's payloads from disk; a server answers the scroll itself."""
 
     def count(self, where: Where | None = None) -> int:
         flt = _client_filter(where) if where else None
