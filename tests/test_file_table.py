@@ -46,7 +46,7 @@ def _named_table(store):
     version = lexstats.entries(store.info())[key]["version"]
     table = store.read_file_table(key, version)
     assert table is not None, "no file table under the version the metadata names"
-    return {path: (h, sorted(ids)) for path, (h, ids) in table.files.items()}
+    return {path: (h, sorted(ids)) for path, (h, ids, _) in table.files.items()}
 
 
 def _from_chunks(store):
@@ -131,3 +131,88 @@ def test_a_run_that_was_cut_short_leaves_no_table_named_and_the_next_one_reads_t
     assert summary.files_unchanged == len(FIXTURE_FILES)
     assert _named_table(store) == _from_chunks(store)
     assert _reads_the_table(store, root, settings, embedder)
+
+
+# -- files known by their stat ------------------------------------------------
+
+
+def _reads_in_a_run(world, monkeypatch, settings=None) -> tuple[list[str], object]:
+    """The files a run reads (a spy on the real reader), and its summary."""
+    from moonmind_worker.text.files import TreeReader
+
+    root, index, store, (default, embedder) = world
+    read: list[str] = []
+    real = TreeReader.read
+
+    def spy(self, rel, max_bytes):
+        read.append(rel)
+        return real(self, rel, max_bytes)
+
+    monkeypatch.setattr(TreeReader, "read", spy)
+    summary = index_repository(root, repo=REPO, tenant=TENANT, settings=settings or default, embedder=embedder, store=store)
+    monkeypatch.setattr(TreeReader, "read", real)
+    return read, summary
+
+
+def test_a_file_unchanged_since_it_settled_is_known_by_its_stat_and_not_read(world, monkeypatch):
+    from moonmind_worker.indexing import indexer
+
+    monkeypatch.setattr(indexer, "SETTLED_NS", 0)  # the tree was written a moment ago
+    root, index, store, _ = world
+    index()
+    read, summary = _reads_in_a_run(world, monkeypatch)
+    assert read == [] and summary.files_unchanged == len(FIXTURE_FILES)
+    assert _named_table(store) == _from_chunks(store)
+
+
+def test_a_file_whose_stat_changed_is_read_again_and_rewritten_only_if_its_text_did(world, monkeypatch):
+    import os
+
+    from moonmind_worker.indexing import indexer
+
+    monkeypatch.setattr(indexer, "SETTLED_NS", 0)
+    root, index, store, _ = world
+    index()
+    touched, edited = root / "db/pool.py", root / "auth/tokens.py"
+    os.utime(touched)  # new times, same text
+    text = edited.read_text()
+    edited.write_text(text.replace("token", "TOKEN", 1))  # same size, new text
+    read, summary = _reads_in_a_run(world, monkeypatch)
+    assert sorted(read) == ["auth/tokens.py", "db/pool.py"]
+    assert summary.files_indexed == 1 and summary.files_unchanged == len(FIXTURE_FILES) - 1
+    assert _named_table(store) == _from_chunks(store)
+    assert _reads_in_a_run(world, monkeypatch)[0] == []  # both known by their new stat
+
+
+def test_a_file_changed_just_before_it_was_read_is_not_known_by_its_stat(world, monkeypatch):
+    root, index, store, _ = world
+    index()  # every file of the tree was written less than SETTLED_NS before it was read
+    key = lexstats.table_key(TENANT, REPO)
+    table = store.read_file_table(key, lexstats.entries(store.info())[key]["version"])
+    assert {path: entry[2] for path, entry in table.files.items()} == {path: None for path in FIXTURE_FILES}
+    assert sorted(_reads_in_a_run(world, monkeypatch)[0]) == sorted(FIXTURE_FILES)
+
+
+def test_a_file_over_a_lowered_size_limit_is_skipped_though_its_stat_is_unchanged(world, monkeypatch):
+    from moonmind_worker.indexing import indexer
+
+    monkeypatch.setattr(indexer, "SETTLED_NS", 0)
+    root, index, store, (settings, _) = world
+    index()
+    smaller = settings.model_copy(update={"max_file_bytes": 300})
+    read, summary = _reads_in_a_run(world, monkeypatch, smaller)
+    large = sorted(p for p in FIXTURE_FILES if (root / p).stat().st_size > 300)
+    assert large and sorted(read) == large
+    assert summary.files_deleted == len(large)
+    assert set(_named_table(store)) == set(FIXTURE_FILES) - set(large)
+
+
+def test_a_no_change_run_records_the_stat_of_files_that_have_settled_since(world, monkeypatch):
+    from moonmind_worker.indexing import indexer
+
+    root, index, store, _ = world
+    index()  # the files had not settled: no stat recorded
+    monkeypatch.setattr(indexer, "SETTLED_NS", 0)  # now they have
+    read, summary = _reads_in_a_run(world, monkeypatch)
+    assert sorted(read) == sorted(FIXTURE_FILES) and summary.files_unchanged == len(FIXTURE_FILES)
+    assert _reads_in_a_run(world, monkeypatch)[0] == []

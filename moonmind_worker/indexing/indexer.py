@@ -9,6 +9,8 @@ Point ids are deterministic, so re-running after a crash never duplicates.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import time
 from collections import deque
 from concurrent import futures
@@ -138,6 +140,23 @@ def _size(path: Path) -> int:
         return 0
 
 
+#: A file changed less than this before it was read is not known by its stat: a second change within
+#: the same tick of the file system's clock would leave size and times as they were ("racily clean" in
+#: git), so such a file is read and hashed again by the next run.
+SETTLED_NS = 2_000_000_000
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def settled_stat(st: os.stat_result, now_ns: int) -> tuple[int, int, int, int] | None:
+    """What the file table records of a file read now: its stat, if it had settled (see SETTLED_NS)."""
+    if not stat.S_ISREG(st.st_mode) or max(st.st_mtime_ns, st.st_ctime_ns) > now_ns - SETTLED_NS:
+        return None
+    return _stat_key(st)
+
+
 @dataclass
 class StoredFile:
     """What the store holds of one file: its chunks' ids, content hashes, sequence numbers and totals."""
@@ -146,6 +165,7 @@ class StoredFile:
     hashes: set[str] = field(default_factory=set)
     seqs: set[int] = field(default_factory=set)
     totals: set[int] = field(default_factory=set)
+    stat: tuple[int, int, int, int] | None = None  # the file's when it was read (`settled_stat`), from the file table
 
     def add(self, point_id: str, payload: dict) -> None:
         self.ids.add(point_id)
@@ -250,6 +270,7 @@ class IndexRun:
         self.outside: dict[str, StoredFile] = {}
         self.kept: dict[str, StoredFile] = {}
         self.written: dict[str, StoredFile] = {}
+        self.stats: dict[str, tuple[int, int, int, int] | None] = {}  # of the files read (see `settled_stat`)
         self.table_read = False  # what was stored came from the file table (not read back from the chunks)
 
     def run(self) -> IndexSummary:
@@ -306,7 +327,8 @@ class IndexRun:
         table = self._named_file_table()
         if table is not None:
             self.table_read = True
-            return {path: StoredFile(set(ids), {h}, set(range(len(ids))), {len(ids)}) for path, (h, ids) in table.files.items()}
+            return {path: StoredFile(set(ids), {h}, set(range(len(ids))), {len(ids)}, known)
+                    for path, (h, ids, known) in table.files.items()}
         stored: dict[str, StoredFile] = {}
         fields = ["path", "content_hash", "chunk_sequence", "total_chunks"]
         for hit in self.store.scroll(canonical_repo(self.repo, self.tenant), fields):
@@ -317,7 +339,7 @@ class IndexRun:
         """The file table of the version the metadata names, if its chunks are all still there (their count)."""
         version = self.terms.old_version
         table = self.store.read_file_table(self.terms.key, version) if version else None
-        if table is None or sum(len(ids) for _, ids in table.files.values()) != self.store.count(
+        if table is None or sum(len(entry[1]) for entry in table.files.values()) != self.store.count(
                 canonical_repo(self.repo, self.tenant)):
             return None
         return table
@@ -329,13 +351,16 @@ class IndexRun:
         version (the next run reads the chunks instead).
         """
         version = self.terms.version
-        if version is None or (version == self.terms.old_version and self.table_read):
-            return  # a store that keeps no term table, or the table that was read is still the one named
-        files: dict[str, tuple[str, list[str]]] = {}
+        if version is None:
+            return  # a store that keeps no term table
+        if version == self.terms.old_version and self.table_read and not any(
+                self.stats.get(path) not in (None, f.stat) for path, f in self.kept.items()):
+            return  # the table that was read is still the one named, and says all this run learnt
+        files: dict[str, tuple[str, list[str], tuple[int, int, int, int] | None]] = {}
         for path, f in {**self.outside, **self.kept, **self.written}.items():
             if len(f.hashes) != 1 or not f.complete(next(iter(f.hashes))):
                 return
-            files[path] = (next(iter(f.hashes)), sorted(f.ids))
+            files[path] = (next(iter(f.hashes)), sorted(f.ids), self.stats.get(path, f.stat))
         self.store.write_file_table(self.terms.key, FileTable(version, files))
 
     def _start(self) -> None:
@@ -365,7 +390,18 @@ class IndexRun:
 
     def _read(self, rel: str) -> None:
         """One file of the walk: skipped, unchanged, or into the line (and a chunking group)."""
-        text, reason = self.reader.read_text(rel, self.settings.max_file_bytes)
+        old = self.stored.get(rel)
+        if old is not None and old.stat is not None and not self.rechunk:
+            st = self.reader.stat(rel)
+            # as git does: a file whose size, times and inode are those it had when last read is that file
+            if st is not None and _stat_key(st) == old.stat and st.st_size <= self.settings.max_file_bytes:
+                del self.stored[rel]
+                self.summary.files_unchanged += 1
+                self.kept[rel] = old
+                return
+        text, reason, st = self.reader.read(rel, self.settings.max_file_bytes)
+        if st is not None:
+            self.stats[rel] = settled_stat(st, time.time_ns())
         if text is None:
             self.line.append(PendingFile(rel, "", None, 0, _NOTHING, reason or "unreadable", 0))
             return

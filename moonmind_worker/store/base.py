@@ -141,7 +141,8 @@ class TermTable:
 
 @dataclass
 class FileTable:
-    """A repository's canonical chunks per file: the content hash they were all cut from, and their ids.
+    """A repository's canonical chunks per file: the content hash they were all cut from, their ids,
+    and the file's stat when it was read (size, mtime and ctime in ns, inode; None: not recorded).
 
     What an index run reads to tell unchanged files from changed ones, without reading back every
     chunk's payload; `version` is the repository's term table's (`lexstats`): the metadata names it
@@ -149,7 +150,7 @@ class FileTable:
     """
 
     version: str
-    files: dict[str, tuple[str, list[str]]]
+    files: dict[str, tuple[str, list[str], tuple[int, int, int, int] | None]]
 
 
 @dataclass

@@ -29,11 +29,13 @@ def read(folder: Path, key: str, version: str) -> FileTable | None:
         return None  # not a whole table: the caller reads the chunks instead
     if not isinstance(files, dict):
         return None
-    return FileTable(version=version, files={path: (entry[0], entry[1]) for path, entry in files.items()})
+    return FileTable(version=version, files={
+        path: (entry[0], entry[1], tuple(entry[2]) if len(entry) > 2 and entry[2] else None)
+        for path, entry in files.items()})
 
 
 def write(folder: Path, key: str, table: FileTable, where: Path) -> None:
     """One file per key and version, written whole and renamed into place, then the key's other versions removed."""
     # ensure_ascii: a path that is not valid UTF-8 (surrogate escapes) round-trips as \\udcxx
-    data = json.dumps({path: [h, ids] for path, (h, ids) in table.files.items()}, separators=(",", ":")).encode()
+    data = json.dumps({path: list(entry) for path, entry in table.files.items()}, separators=(",", ":")).encode()
     write_whole(folder, table_name(key, table.version), data, where, "writing the repository's file table")

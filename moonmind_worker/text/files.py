@@ -157,16 +157,29 @@ class TreeReader:
 
     def read_text(self, rel: str, max_bytes: int) -> tuple[str | None, str | None]:
         """(text, None) or (None, reason it was skipped), as `read_text` for the file `rel`."""
+        text, reason, _ = self.read(rel, max_bytes)
+        return text, reason
+
+    def read(self, rel: str, max_bytes: int) -> tuple[str | None, str | None, os.stat_result | None]:
+        """`read_text`, and the stat of what was read (taken on the open file, before reading it)."""
         *dirs, name = rel.split("/")
         try:
-            data, _ = read_regular(name, max_bytes, dir_fd=self._directory(dirs))
+            data, st = read_regular(name, max_bytes, dir_fd=self._directory(dirs))
         except OSError as exc:  # a directory on the way, or a missing file
             if exc.errno == errno.ELOOP:
-                return None, "a directory on its path is " + LINK_NOT_FOLLOWED
-            return None, f"unreadable ({exc.strerror or type(exc).__name__})"
+                return None, "a directory on its path is " + LINK_NOT_FOLLOWED, None
+            return None, f"unreadable ({exc.strerror or type(exc).__name__})", None
         except Unreadable as exc:
-            return None, str(exc)
-        return _text_of(data)
+            return None, str(exc), None
+        return (*_text_of(data), st)
+
+    def stat(self, rel: str) -> os.stat_result | None:
+        """The file `rel`'s own stat (a link is not followed), or None when it cannot be had."""
+        *dirs, name = rel.split("/")
+        try:
+            return os.stat(name, dir_fd=self._directory(dirs), follow_symlinks=False)
+        except OSError:
+            return None
 
 
 def name_problem(name: str) -> str | None:
