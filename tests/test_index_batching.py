@@ -98,8 +98,8 @@ class _Reader:
     def __init__(self, texts: dict[str, str]) -> None:
         self.texts = texts
 
-    def read_text(self, rel, max_bytes):
-        return self.texts[rel], None
+    def read(self, rel, max_bytes):
+        return self.texts[rel], None, None  # (text, reason skipped, stat): no file behind it
 
 
 def _run(texts: dict[str, str], pool: _Pool) -> IndexRun:
