@@ -39,7 +39,11 @@ def switches(pid: int) -> int:
     """Context switches of every thread of a process so far: how often it woke up."""
     total = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for line in (task / "status").read_text().splitlines():
+        try:
+            status = (task / "status").read_text()
+        except FileNotFoundError:  # a thread that ended since the listing (the owner's index run's helpers)
+            continue
+        for line in status.splitlines():
             if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
                 total += int(line.split()[1])
     return total
