@@ -1,8 +1,8 @@
 """Each repository's file table (base.FileTable) as a file in the embedded store's data directory: its codec, read and write.
 
 Why a file beside the shard: a no-change index run otherwise reads back every chunk's path and
-content hash from the engine's payload storage, which is on disk and cold in a new process (1.3 s
-of a 2 s run on Django); this file is one read and one JSON parse. Figures: BENCHMARKS.md.
+content hash from the engine's payload storage, which is on disk and cold in a new process; this
+file is one read and one JSON parse. Figures: BENCHMARKS.md ("Index speed against the peer").
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from .base import FileTable
-from .edge_term_tables import table_name, write_whole
+from .edge_term_tables import read_whole, table_name, write_whole
 
 #: The folder beside meta.json holding each repository's file table (`write`).
 FILE_TABLES = "file_tables"
@@ -19,9 +19,8 @@ FILE_TABLES = "file_tables"
 
 def read(folder: Path, key: str, version: str) -> FileTable | None:
     """The table of `key` at `version` in `folder`, or None when there is none (or it does not parse)."""
-    try:
-        raw = (folder / table_name(key, version)).read_bytes()
-    except FileNotFoundError:
+    raw = read_whole(folder, table_name(key, version))
+    if raw is None:
         return None
     try:
         files = json.loads(raw)

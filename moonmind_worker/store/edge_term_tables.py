@@ -14,11 +14,8 @@ TERM_TABLES = "term_tables"
 
 def read(folder: Path, key: str, version: str) -> TermTable | None:
     """The table of `key` at `version` in `folder`, or None when there is none (or only part of one)."""
-    try:
-        raw = (folder / table_name(key, version)).read_bytes()
-    except FileNotFoundError:
-        return None
-    return _table_from_bytes(version, raw)
+    raw = read_whole(folder, table_name(key, version))
+    return None if raw is None else _table_from_bytes(version, raw)
 
 
 def write(folder: Path, key: str, table: TermTable, where: Path) -> None:
@@ -28,6 +25,14 @@ def write(folder: Path, key: str, table: TermTable, where: Path) -> None:
     """
     write_whole(folder, table_name(key, table.version), _table_bytes(table), where,
                 "writing the repository's term statistics")
+
+
+def read_whole(folder: Path, name: str) -> bytes | None:
+    """What `write_whole` stored as `folder/name`, or None when there is none."""
+    try:
+        return (folder / name).read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def write_whole(folder: Path, name: str, data: bytes, where: Path, doing: str) -> None:
