@@ -100,9 +100,11 @@ def main() -> None:
                 if len(seconds) <= int(t):
                     seconds.append(total)
                 if total > peak:
-                    peak, at = total, t
-                    procs = {q: (_cmdline(q), rollup(q)) for q in tree}
-                    maps = mappings(p.pid, home)
+                    seen = {q: (_cmdline(q), rollup(q)) for q in tree}
+                    seen_maps = mappings(p.pid, home)
+                    # A process caught as it exits reads as empty: keep the last whole snapshot instead.
+                    if seen_maps and all(r for _, r in seen.values()):
+                        peak, at, procs, maps = total, t, seen, seen_maps
                 time.sleep(0.05)
             wall = time.perf_counter() - started
         if p.returncode != 0:
