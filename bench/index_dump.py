@@ -38,12 +38,14 @@ def dump(source: Path, out: Path) -> int:
         import numpy as np
         from qdrant_edge import EdgeShard, ScrollRequest
 
+        from moonmind_worker.store.edge_payloads import unpack  # the payload as written, whichever layout stored it
+
         shard = EdgeShard.load(str(next(home.glob("qdrant-edge/*/shard"))))
         rows, offset = [], None
         while True:
             records, offset = shard.scroll(ScrollRequest(offset=offset, limit=2048, with_payload=True, with_vector=True))
             for r in records:
-                payload = {k: v for k, v in (r.payload or {}).items() if k != "indexed_at"}
+                payload = {k: v for k, v in unpack(r.payload).items() if k != "indexed_at"}
                 dense = np.asarray(r.vector["dense"], dtype=np.float32)
                 sparse = r.vector["bm25"]
                 rows.append({

@@ -679,3 +679,69 @@ def test_a_one_shot_command_queues_behind_another_one_shot_holder_past_the_owner
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert json.loads(out)["items"]
+
+
+_FULL_PAYLOAD = {"schema_version": 1, "path": "pkg/a.py", "repo": "a", "tenant": "t1", "language": "python",
+                 "chunk_id": "pkg/a.py#0", "text": 'def f():\n    return "ü"\n', "offset_start": 0, "line_start": 1,
+                 "section_title": "", "chunk_sequence": 0, "total_chunks": 1, "trust_class": "canonical", "run_id": "",
+                 "expires_at": None, "deleted": False, "symbols": ["f"], "definitions": [{"name": "f", "line": 1}],
+                 "score_hint": 0.25}
+
+
+def test_a_payload_reads_back_as_written_field_for_field_and_in_its_order(store):
+    """Every read path (by id, scroll, search) gives the payload that was written: same values, same key order."""
+    store.create(DIMS, "test-model", 1)
+    store.upsert([PointIn(id=_id(0), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]), payload=_FULL_PAYLOAD)])
+    by_id = store.retrieve([_id(0)])[0].payload
+    scrolled = next(iter(store.scroll(None, True))).payload
+    searched = store.search([_dense()])[0][0].payload
+    for payload in (by_id, scrolled, searched):
+        assert payload == _FULL_PAYLOAD and list(payload) == list(_FULL_PAYLOAD)
+    narrow = store.retrieve([_id(0)], ["text", "path", "symbols"])[0].payload
+    assert narrow == {"path": "pkg/a.py", "text": _FULL_PAYLOAD["text"], "symbols": ["f"]}
+
+
+def test_the_embedded_store_hands_the_engine_the_unfiltered_fields_as_one_string(tmp_path):
+    """What makes a point cheap to write: the fields no filter reads travel (and are stored) as one JSON string."""
+    from moonmind_worker.store import edge_payloads
+
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        store.upsert([PointIn(id=_id(0), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]), payload=_FULL_PAYLOAD)])
+        raw = store._open().retrieve([_id(0)], with_payload=True, with_vector=False)[0].payload
+    finally:
+        store.close()
+    assert set(raw) - {edge_payloads.PACKED} == {k for k in _FULL_PAYLOAD if k in edge_payloads.FILTERED}
+    assert json.loads(raw[edge_payloads.PACKED])["text"] == _FULL_PAYLOAD["text"]
+
+
+def test_an_embedded_store_written_before_the_packed_layout_reads_as_before(tmp_path, monkeypatch):
+    """Points written with every field on its own (the older layout) read, filter and narrow as they did."""
+    from moonmind_worker.store import edge_payloads
+
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        with monkeypatch.context() as m:
+            m.setattr(edge_payloads, "pack", lambda payload: dict(payload))  # the older writer
+            store.upsert([PointIn(id=_id(0), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]), payload=_FULL_PAYLOAD)])
+        store.upsert([PointIn(id=_id(1), dense=_vec(0, 1, 0, 0), sparse=SparseVec([1], [1.0]),
+                              payload={**_FULL_PAYLOAD, "path": "pkg/b.py"})])
+        assert [h.payload for h in store.retrieve([_id(0), _id(1)])] == [_FULL_PAYLOAD, {**_FULL_PAYLOAD, "path": "pkg/b.py"}]
+        assert [h.payload for h in store.scroll(Where(must=(Match("path", "pkg/a.py"),)), ["path", "text"])] == [
+            {"path": "pkg/a.py", "text": _FULL_PAYLOAD["text"]}]
+    finally:
+        store.close()
+
+
+def test_the_embedded_store_refuses_a_filter_on_a_field_it_keeps_packed(tmp_path):
+    """A filter on such a field could never match: refused with the field named, not answered with nothing."""
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        store.upsert(_points())
+        with pytest.raises(ValueError, match="'chunk_hash'"):
+            store.search([_dense(Where(must=(Match("chunk_hash", "sha256:1"),)))])
+    finally:
+        store.close()

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ContextManager, Iterator, Sequence
 
-from . import edge_disk, edge_file_tables, edge_reads, edge_replica, edge_shard, edge_term_tables
+from . import edge_disk, edge_file_tables, edge_payloads, edge_reads, edge_replica, edge_shard, edge_term_tables
 from .base import (
     DENSE,
     LEXICAL_FORMAT,
@@ -188,7 +188,7 @@ class EdgeStore:
                         DENSE: p.dense.tolist(),
                         SPARSE: SparseVector(indices=p.sparse.indices, values=p.sparse.values),
                     },
-                    payload=p.payload,
+                    payload=edge_payloads.pack(p.payload),
                 )
                 for p in points
             ]
@@ -336,11 +336,12 @@ class EdgeStore:
             fresh = {}
             with self._engine:
                 records = self._open().retrieve(
-                    [points_of[k] for k in misses], with_payload=True if key is None else list(key), with_vector=False
+                    [points_of[k] for k in misses], with_payload=edge_payloads.selector(True if key is None else key),
+                    with_vector=False,
                 )
             for r in records:
                 rid = r.id  # a new UUID object per access
-                fresh[_point_key(rid)] = (str(rid), r.payload or {})
+                fresh[_point_key(rid)] = (str(rid), edge_payloads.unpack(r.payload, True if key is None else key))
             out.update(fresh)
             with self._cache_lock:
                 if generation == self._generation:

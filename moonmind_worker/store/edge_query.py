@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from .base import DENSE, SPARSE, Match, MatchAny, Range, SparseVec, Where
+from .edge_payloads import filtered
 
 
 def _indices(vector: Any) -> list[int]:
@@ -27,11 +28,11 @@ def _edge_filter(where: Where | None):
         if isinstance(c, Where):
             return _edge_filter(c)
         if isinstance(c, Match):
-            return FieldCondition(key=c.key, match=MatchValue(c.value))
+            return FieldCondition(key=filtered(c.key), match=MatchValue(c.value))
         if isinstance(c, MatchAny):
-            return FieldCondition(key=c.key, match=EMatchAny(list(c.values)))
+            return FieldCondition(key=filtered(c.key), match=EMatchAny(list(c.values)))
         if isinstance(c, Range):
-            return FieldCondition(key=c.key, range=RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+            return FieldCondition(key=filtered(c.key), range=RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
         raise TypeError(c)
 
     return Filter(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, ContextManager, Iterator, Sequence
 
-from .base import SPARSE, Hit, Where, _fields
+from .base import SPARSE, Hit, Where
+from .edge_payloads import selector, unpack
 from .edge_query import _edge_filter, _indices
 
 #: How many points one engine call reads when the caller names no page size.
@@ -18,8 +19,8 @@ PAGE = 1024
 def retrieve(open_shard: Callable[[], Any], engine: ContextManager[Any], ids: Sequence[str],
              fields: Sequence[str] | bool) -> list[Hit]:
     """Points by id with the payload fields asked for, in the order asked; missing ids are skipped."""
-    found = {str(r.id): r for r in by_id(open_shard, engine, ids, with_payload=_fields(fields), with_vector=False)}
-    return [Hit(id=i, score=0.0, payload=dict(found[i].payload or {})) for i in ids if i in found]
+    found = {str(r.id): r for r in by_id(open_shard, engine, ids, with_payload=selector(fields), with_vector=False)}
+    return [Hit(id=i, score=0.0, payload=unpack(found[i].payload, fields)) for i in ids if i in found]
 
 
 def by_id(open_shard: Callable[[], Any], engine: ContextManager[Any], ids: Sequence[str], **request: Any) -> list[Any]:
@@ -32,9 +33,8 @@ def by_id(open_shard: Callable[[], Any], engine: ContextManager[Any], ids: Seque
 
 def scroll(open_shard: Callable[[], Any], engine: ContextManager[Any], where: Where | None, fields: Sequence[str] | bool,
            batch: int) -> Iterator[Hit]:
-    with_payload = list(fields) if not isinstance(fields, bool) else fields
-    for r in _pages(open_shard, engine, where, batch, with_payload=with_payload, with_vector=False):
-        yield Hit(id=str(r.id), score=0.0, payload=dict(r.payload or {}))
+    for r in _pages(open_shard, engine, where, batch, with_payload=selector(fields), with_vector=False):
+        yield Hit(id=str(r.id), score=0.0, payload=unpack(r.payload, fields))
 
 
 def sparse_terms(open_shard: Callable[[], Any], engine: ContextManager[Any], where: Where | None,
