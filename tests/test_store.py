@@ -702,7 +702,7 @@ def test_a_payload_reads_back_as_written_field_for_field_and_in_its_order(store)
 
 
 def test_the_embedded_store_hands_the_engine_the_unfiltered_fields_as_one_string(tmp_path):
-    """What makes a point cheap to write: the fields no filter reads travel (and are stored) as one JSON string."""
+    """What makes a point cheap to write: the small fields no filter reads travel (and are stored) as one JSON string."""
     from moonmind_worker.store import edge_payloads
 
     store = EdgeStore(tmp_path / "edge", "test_coll")
@@ -712,8 +712,8 @@ def test_the_embedded_store_hands_the_engine_the_unfiltered_fields_as_one_string
         raw = store._open().retrieve([_id(0)], with_payload=True, with_vector=False)[0].payload
     finally:
         store.close()
-    assert set(raw) - {edge_payloads.PACKED} == {k for k in _FULL_PAYLOAD if k in edge_payloads.FILTERED}
-    assert json.loads(raw[edge_payloads.PACKED])["text"] == _FULL_PAYLOAD["text"]
+    assert set(raw) - {edge_payloads.PACKED} == {k for k in _FULL_PAYLOAD if k in edge_payloads.FLAT}
+    assert json.loads(raw[edge_payloads.PACKED])["chunk_id"] == _FULL_PAYLOAD["chunk_id"]
 
 
 def test_an_embedded_store_written_before_the_packed_layout_reads_as_before(tmp_path, monkeypatch):

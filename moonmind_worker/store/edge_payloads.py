@@ -19,16 +19,19 @@ from .base import PAYLOAD_INDEXES
 #: The one field that holds the others, as a JSON object in the payload's own order.
 PACKED = "_packed"
 #: Fields left as they are: every one a store filter names (the indexed ones, and the two an
-#: overlay search matches without an index). A filter on any other field is refused (`filtered`).
-FILTERED = frozenset(name for name, _ in PAYLOAD_INDEXES) | {"chunk_sequence", "total_chunks"}
+#: overlay search matches without an index); the chunk's text; and the small fields that reads of
+#: every chunk take (`rag repos`, `rag stats`, the indexer without its file table), which then never
+#: decode the packed string. A filter on any other field is refused (`filtered`).
+FLAT = frozenset(name for name, _ in PAYLOAD_INDEXES) | {
+    "chunk_sequence", "total_chunks", "text", "content_hash", "token_count", "model_version", "indexed_at"}
 
 
 def pack(payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload as the engine keeps it (the filtered fields stand as null in the packed order)."""
+    """The payload as the engine keeps it (the flat fields stand as null in the packed order)."""
     flat: dict[str, Any] = {}
     order: dict[str, Any] = {}
     for key, value in payload.items():
-        if key in FILTERED:
+        if key in FLAT:
             flat[key] = value
             order[key] = None
         else:
@@ -45,8 +48,8 @@ def unpack(stored: dict[str, Any] | None, fields: Sequence[str] | bool = True) -
     if packed is None:  # written before this layout, or with no field to pack
         out = dict(stored)
     else:
-        out = {key: stored[key] if key in FILTERED else value
-               for key, value in json.loads(packed).items() if key in stored or key not in FILTERED}
+        out = {key: stored[key] if key in FLAT else value
+               for key, value in json.loads(packed).items() if key in stored or key not in FLAT}
     if isinstance(fields, bool):
         return out
     wanted = set(fields)
@@ -58,13 +61,13 @@ def selector(fields: Sequence[str] | bool) -> list[str] | bool:
     if isinstance(fields, bool):
         return fields
     names = list(fields)
-    if any(name not in FILTERED for name in names):
+    if any(name not in FLAT for name in names):
         names.append(PACKED)
     return names
 
 
 def filtered(key: str) -> str:
     """`key`, which a filter names: refused when the embedded store keeps it packed (no filter could match it)."""
-    if key not in FILTERED:
-        raise ValueError(f"the embedded store cannot filter on payload field {key!r}: add it to edge_payloads.FILTERED")
+    if key not in FLAT:
+        raise ValueError(f"the embedded store cannot filter on payload field {key!r}: add it to edge_payloads.FLAT")
     return key
