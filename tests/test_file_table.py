@@ -216,3 +216,51 @@ def test_a_no_change_run_records_the_stat_of_files_that_have_settled_since(world
     read, summary = _reads_in_a_run(world, monkeypatch)
     assert sorted(read) == sorted(FIXTURE_FILES) and summary.files_unchanged == len(FIXTURE_FILES)
     assert _reads_in_a_run(world, monkeypatch)[0] == []
+
+
+# -- `rag stats --root`: the same stat rule ------------------------------------
+
+
+def _stats_reads(world, monkeypatch):
+    """The files `rag stats --root` reads (a spy on the real reader), and its result."""
+    from moonmind_worker.indexing.stats import collect_stats
+    from moonmind_worker.text.files import TreeReader
+
+    root, _, store, (settings, embedder) = world
+    read: list[str] = []
+    real = TreeReader.read_text
+
+    def spy(self, rel, max_bytes):
+        read.append(rel)
+        return real(self, rel, max_bytes)
+
+    monkeypatch.setattr(TreeReader, "read_text", spy)
+    stats = collect_stats(repo=REPO, tenant=None, root=root, settings=settings, embedder=embedder, store=store)
+    monkeypatch.setattr(TreeReader, "read_text", real)
+    return read, stats
+
+
+def test_stats_over_the_tree_does_not_read_a_file_its_last_index_run_knew_by_its_stat(world, monkeypatch):
+    from moonmind_worker.indexing import indexer
+
+    monkeypatch.setattr(indexer, "SETTLED_NS", 0)
+    world[1]()
+    read, stats = _stats_reads(world, monkeypatch)
+    assert read == [] and stats.root_checked
+    assert stats.orphans == [] and stats.stale == [] and {f.path for f in stats.files} == set(FIXTURE_FILES)
+
+
+def test_stats_over_the_tree_reads_what_changed_and_finds_a_new_file_and_an_emptied_one(world, monkeypatch):
+    import os
+
+    from moonmind_worker.indexing import indexer
+
+    monkeypatch.setattr(indexer, "SETTLED_NS", 0)
+    root, index, _, _ = world
+    index()
+    os.utime(root / "db/pool.py")  # same text, new stat: read, still indexable
+    (root / "auth/tokens.py").write_text("")  # stored, now nothing to index: stale
+    (root / "db/new.py").write_text("def new():\n    return 1\n")  # on disk, no chunk: an orphan
+    read, stats = _stats_reads(world, monkeypatch)
+    assert sorted(read) == ["auth/tokens.py", "db/new.py", "db/pool.py"]
+    assert stats.unindexed == ["db/new.py"] and stats.stale == ["auth/tokens.py"]

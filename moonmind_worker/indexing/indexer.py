@@ -146,7 +146,7 @@ def _size(path: Path) -> int:
 SETTLED_NS = 2_000_000_000
 
 
-def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+def stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
@@ -154,7 +154,16 @@ def settled_stat(st: os.stat_result, now_ns: int) -> tuple[int, int, int, int] |
     """What the file table records of a file read now: its stat, if it had settled (see SETTLED_NS)."""
     if not stat.S_ISREG(st.st_mode) or max(st.st_mtime_ns, st.st_ctime_ns) > now_ns - SETTLED_NS:
         return None
-    return _stat_key(st)
+    return stat_key(st)
+
+
+def named_file_table(store: Store, key: str, version: str | None, *, repo: str, tenant: str) -> FileTable | None:
+    """The repository's file table of the version its metadata names (`version`), if every chunk it
+    lists is still stored (their count); else None."""
+    table = store.read_file_table(key, version) if version else None
+    if table is None or sum(len(entry[1]) for entry in table.files.values()) != store.count(canonical_repo(repo, tenant)):
+        return None
+    return table
 
 
 @dataclass
@@ -336,13 +345,7 @@ class IndexRun:
         return stored
 
     def _named_file_table(self) -> FileTable | None:
-        """The file table of the version the metadata names, if its chunks are all still there (their count)."""
-        version = self.terms.old_version
-        table = self.store.read_file_table(self.terms.key, version) if version else None
-        if table is None or sum(len(entry[1]) for entry in table.files.values()) != self.store.count(
-                canonical_repo(self.repo, self.tenant)):
-            return None
-        return table
+        return named_file_table(self.store, self.terms.key, self.terms.old_version, repo=self.repo, tenant=self.tenant)
 
     def _write_file_table(self) -> None:
         """The files this run leaves stored, under the version its metadata is about to name (see `FileTable`).
@@ -394,7 +397,7 @@ class IndexRun:
         if old is not None and old.stat is not None and not self.rechunk:
             st = self.reader.stat(rel)
             # as git does: a file whose size, times and inode are those it had when last read is that file
-            if st is not None and _stat_key(st) == old.stat and st.st_size <= self.settings.max_file_bytes:
+            if st is not None and stat_key(st) == old.stat and st.st_size <= self.settings.max_file_bytes:
                 del self.stored[rel]
                 self.summary.files_unchanged += 1
                 self.kept[rel] = old

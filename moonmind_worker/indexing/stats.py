@@ -7,7 +7,9 @@ checks find such orphans:
 * from the store alone: a file whose stored chunks do not form the complete
   sequence 0..total_chunks-1 of one file version (an interrupted write);
 * with the tree (`--root`): files the indexer would index (readable text with
-  content) that have no chunk at all, and stored files no longer on disk.
+  content) that have no chunk at all, and stored files no longer on disk. As the
+  indexer does, a stored file whose stat is the one its last index run recorded
+  is that file (it has content), so it is not read again.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from ..contracts import CANONICAL
 from ..embedding import Embedder
 from ..errors import MoonmindError
 from ..settings import Settings
-from ..store import Store
+from ..store import CollectionInfo, Store, lexstats
 from ..store.base import Match, Where
 from ..store.guardrails import check_collection
 from ..store.scopes import canonical_repo
 from ..text.chunking import chunk_text
 from ..text.files import TreeReader, walk
+from .indexer import named_file_table, stat_key
 
 
 @dataclass
@@ -62,11 +65,13 @@ class IndexStats:
 def collect_stats(
     *, repo: str, tenant: str | None, root: Path | None, settings: Settings, embedder: Embedder, store: Store
 ) -> IndexStats:
-    check_collection(store, embedder)
+    info = check_collection(store, embedder)
     per_file: dict[str, dict] = {}
-    fields = ["path", "chunk_sequence", "total_chunks", "content_hash", "language", "token_count"]
+    tenants: set[str] = set()
+    fields = ["path", "chunk_sequence", "total_chunks", "content_hash", "language", "token_count", "tenant"]
     for hit in store.scroll(canonical_repo(repo, tenant), fields):
         p = hit.payload
+        tenants.add(p.get("tenant", ""))
         f = per_file.setdefault(
             p["path"], {"seqs": set(), "total": set(), "hashes": set(), "language": p.get("language", ""), "tokens": 0}
         )
@@ -91,8 +96,14 @@ def collect_stats(
     if root is not None:
         stats.root_checked = True
         on_disk = set()
+        known = _recorded_stats(store, info, repo, tenants.pop()) if len(tenants) == 1 else {}
         with TreeReader(Path(root).resolve()) as reader:
             for rel, _ in walk(root):
+                if rel in known and rel in per_file:
+                    st = reader.stat(rel)
+                    if st is not None and stat_key(st) == known[rel] and st.st_size <= settings.max_file_bytes:
+                        on_disk.add(rel)
+                        continue
                 text, _ = reader.read_text(rel, settings.max_file_bytes)
                 if text is None or not chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines):
                     continue  # the indexer skips these too: not an orphan
@@ -100,6 +111,16 @@ def collect_stats(
         stats.unindexed = sorted(on_disk - set(per_file))
         stats.stale = sorted(set(per_file) - on_disk)
     return stats
+
+
+def _recorded_stats(store: Store, info: CollectionInfo | None, repo: str, tenant: str) -> dict[str, tuple[int, int, int, int]]:
+    """Path -> the stat the repository's last index run recorded, for files it stored chunks of (none without a table)."""
+    entry = lexstats.entries(info).get(lexstats.table_key(tenant, repo)) or {}
+    table = named_file_table(store, lexstats.table_key(tenant, repo), entry.get("version") if lexstats.scoped(info) else None,
+                             repo=repo, tenant=tenant)
+    if table is None:
+        return {}
+    return {path: st for path, (_, ids, st) in table.files.items() if ids and st is not None}
 
 
 def indexed_repos(store: Store, tenant: str | None = None) -> list[dict]:
