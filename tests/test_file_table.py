@@ -7,6 +7,8 @@ count agrees, and leaves one that says exactly what its chunks say.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -136,21 +138,29 @@ def test_a_run_that_was_cut_short_leaves_no_table_named_and_the_next_one_reads_t
 # -- files known by their stat ------------------------------------------------
 
 
-def _reads_in_a_run(world, monkeypatch, settings=None) -> tuple[list[str], object]:
-    """The files a run reads (a spy on the real reader), and its summary."""
+@contextmanager
+def _reads_of(monkeypatch, method: str) -> Iterator[list[str]]:
+    """The files the real reader's `method` reads while the block runs (a spy)."""
     from moonmind_worker.text.files import TreeReader
 
-    root, index, store, (default, embedder) = world
     read: list[str] = []
-    real = TreeReader.read
+    real = getattr(TreeReader, method)
 
     def spy(self, rel, max_bytes):
         read.append(rel)
         return real(self, rel, max_bytes)
 
-    monkeypatch.setattr(TreeReader, "read", spy)
-    summary = index_repository(root, repo=REPO, tenant=TENANT, settings=settings or default, embedder=embedder, store=store)
-    monkeypatch.setattr(TreeReader, "read", real)
+    with monkeypatch.context() as m:
+        m.setattr(TreeReader, method, spy)
+        yield read
+
+
+def _reads_in_a_run(world, monkeypatch, settings=None) -> tuple[list[str], object]:
+    """The files a run reads, and its summary."""
+    root, index, store, (default, embedder) = world
+    with _reads_of(monkeypatch, "read") as read:
+        summary = index_repository(root, repo=REPO, tenant=TENANT, settings=settings or default, embedder=embedder,
+                                   store=store)
     return read, summary
 
 
@@ -222,21 +232,12 @@ def test_a_no_change_run_records_the_stat_of_files_that_have_settled_since(world
 
 
 def _stats_reads(world, monkeypatch):
-    """The files `rag stats --root` reads (a spy on the real reader), and its result."""
+    """The files `rag stats --root` reads, and its result."""
     from moonmind_worker.indexing.stats import collect_stats
-    from moonmind_worker.text.files import TreeReader
 
     root, _, store, (settings, embedder) = world
-    read: list[str] = []
-    real = TreeReader.read_text
-
-    def spy(self, rel, max_bytes):
-        read.append(rel)
-        return real(self, rel, max_bytes)
-
-    monkeypatch.setattr(TreeReader, "read_text", spy)
-    stats = collect_stats(repo=REPO, tenant=None, root=root, settings=settings, embedder=embedder, store=store)
-    monkeypatch.setattr(TreeReader, "read_text", real)
+    with _reads_of(monkeypatch, "read_text") as read:
+        stats = collect_stats(repo=REPO, tenant=None, root=root, settings=settings, embedder=embedder, store=store)
     return read, stats
 
 
