@@ -697,8 +697,11 @@ def test_a_payload_reads_back_as_written_field_for_field_and_in_its_order(store)
     searched = store.search([_dense()])[0][0].payload
     for payload in (by_id, scrolled, searched):
         assert payload == _FULL_PAYLOAD and list(payload) == list(_FULL_PAYLOAD)
-    narrow = store.retrieve([_id(0)], ["text", "path", "symbols"])[0].payload
-    assert narrow == {"path": "pkg/a.py", "text": _FULL_PAYLOAD["text"], "symbols": ["f"]}
+    asked = ("definitions", "path", "chunk_id")  # a filtered field and two that no filter reads
+    wanted = {k: v for k, v in _FULL_PAYLOAD.items() if k in asked}
+    assert store.retrieve([_id(0)], list(asked))[0].payload == wanted
+    assert next(iter(store.scroll(None, list(asked)))).payload == wanted
+    assert store.search([_dense(fields=asked)])[0][0].payload == wanted
 
 
 def test_the_embedded_store_hands_the_engine_the_unfiltered_fields_as_one_string(tmp_path):

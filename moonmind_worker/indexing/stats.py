@@ -115,9 +115,9 @@ def collect_stats(
 
 def _recorded_stats(store: Store, info: CollectionInfo | None, repo: str, tenant: str) -> dict[str, tuple[int, int, int, int]]:
     """Path -> the stat the repository's last index run recorded, for files it stored chunks of (none without a table)."""
-    entry = lexstats.entries(info).get(lexstats.table_key(tenant, repo)) or {}
-    table = named_file_table(store, lexstats.table_key(tenant, repo), entry.get("version") if lexstats.scoped(info) else None,
-                             repo=repo, tenant=tenant)
+    key = lexstats.table_key(tenant, repo)
+    version = (lexstats.entries(info).get(key) or {}).get("version") if lexstats.scoped(info) else None
+    table = named_file_table(store, key, version, repo=repo, tenant=tenant)
     if table is None:
         return {}
     return {path: st for path, (_, ids, st) in table.files.items() if ids and st is not None}

@@ -334,14 +334,14 @@ class EdgeStore:
                     out[pid] = got
         if misses:
             fresh = {}
+            fields = True if key is None else key
             with self._engine:
                 records = self._open().retrieve(
-                    [points_of[k] for k in misses], with_payload=edge_payloads.selector(True if key is None else key),
-                    with_vector=False,
+                    [points_of[k] for k in misses], with_payload=edge_payloads.selector(fields), with_vector=False
                 )
             for r in records:
                 rid = r.id  # a new UUID object per access
-                fresh[_point_key(rid)] = (str(rid), edge_payloads.unpack(r.payload, True if key is None else key))
+                fresh[_point_key(rid)] = (str(rid), edge_payloads.unpack(r.payload, fields))
             out.update(fresh)
             with self._cache_lock:
                 if generation == self._generation:
