@@ -1,7 +1,12 @@
-"""Handing freed heap memory back to the system, where glibc would keep it."""
+"""The process's memory in bulk work: freed heap pages handed back to the system, where glibc would keep
+them, and the cyclic collector run less often, where CPython's default would run it for nothing."""
 
 from __future__ import annotations
 
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 _libc: Any = None
@@ -50,3 +55,34 @@ def keep_large_blocks_out_of_the_heap() -> None:
     libc = _glibc()
     if libc:
         libc.mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK)
+
+
+#: The cyclic collector's thresholds in bulk work (CPython's default: 700, 10, 10). Why: an index run
+#: allocates millions of container objects that live for one batch (payload dicts, chunk lists,
+#: unpickled results) and seldom form a cycle; by default every 700 of them start a collection, and
+#: the older generations' collections walk every live object again: about 2 s of CPU in a cold run
+#: of Django, spread over the indexing process and its workers (BENCHMARKS.md, "Index speed against
+#: the peer"). A cycle is still collected, a few batches later.
+BULK_GC_THRESHOLDS = (50_000, 20, 20)
+
+_bulk_runs = 0  # bulk runs in progress in this process (the owner may run several at once)
+_bulk_lock = threading.Lock()
+_saved_thresholds: tuple[int, int, int] = gc.get_threshold()
+
+
+@contextmanager
+def collect_rarely() -> Iterator[None]:
+    """`BULK_GC_THRESHOLDS` while the block runs; the thresholds it found once the last such block ends."""
+    global _bulk_runs, _saved_thresholds
+    with _bulk_lock:
+        if _bulk_runs == 0:
+            _saved_thresholds = gc.get_threshold()
+            gc.set_threshold(*BULK_GC_THRESHOLDS)
+        _bulk_runs += 1
+    try:
+        yield
+    finally:
+        with _bulk_lock:
+            _bulk_runs -= 1
+            if _bulk_runs == 0:
+                gc.set_threshold(*_saved_thresholds)

@@ -294,6 +294,66 @@ def test_every_built_payload_is_the_contracts_own_dump():
             assert list(p.payload.items()) == list(want.items())
             assert [type(v) for v in p.payload.values()] == [type(v) for v in want.values()]  # 1_900_000_000 -> float
 
+def test_an_index_run_collects_cycles_rarely_and_gives_the_collector_its_thresholds_back(env, tmp_path):
+    """An index run makes millions of short-lived containers: it raises the cyclic collector's thresholds
+    while it runs (`heap.collect_rarely`) and leaves them as it found them, so a long-lived owner is unchanged."""
+    import gc
+
+    from moonmind_worker.heap import BULK_GC_THRESHOLDS
+    from moonmind_worker.indexing.indexer import index_repository
+    from moonmind_worker.runtime import get_embedder
+    from moonmind_worker.settings import get_settings
+    from moonmind_worker.store import open_store
+
+    from conftest import write_tree
+
+    get_settings.cache_clear()
+    settings = get_settings()
+    store = open_store(settings)
+    before = gc.get_threshold()
+    seen = []
+    try:
+        index_repository(write_tree(tmp_path / "tree", FIXTURE_FILES), repo="demo", tenant="acme", settings=settings,
+                         embedder=get_embedder(settings), store=store, progress=lambda *a: seen.append(gc.get_threshold()))
+    finally:
+        store.close()
+    assert seen and set(seen) == {BULK_GC_THRESHOLDS}
+    assert gc.get_threshold() == before != BULK_GC_THRESHOLDS
+
+
+def test_nested_bulk_work_gives_the_collector_its_thresholds_back_when_the_last_ends():
+    """The owner may run two index runs at once: the first to end must not restore the default under the other."""
+    import gc
+
+    from moonmind_worker.heap import BULK_GC_THRESHOLDS, collect_rarely
+
+    before = gc.get_threshold()
+    with collect_rarely():
+        with collect_rarely():
+            pass
+        assert gc.get_threshold() == BULK_GC_THRESHOLDS
+    assert gc.get_threshold() == before
+
+
+def test_index_workers_collect_cycles_rarely():
+    """A worker process does bulk work only: its collector keeps `BULK_GC_THRESHOLDS` for its life."""
+    import gc
+
+    from moonmind_worker.embedding.static import StaticEmbedder
+    from moonmind_worker.heap import BULK_GC_THRESHOLDS
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.settings import Settings
+
+    pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
+    try:
+        pool.result(pool.chunk([("m.py", "def f(x):\n    return x\n")], 200, 0))
+        assert pool.parallel
+        in_worker = pool._executor.submit(gc.get_threshold).result(timeout=60)  # type: ignore[union-attr]
+    finally:
+        pool.close()
+    assert tuple(in_worker) == BULK_GC_THRESHOLDS
+
+
 def test_giving_back_the_heap_returns_the_pages_of_freed_objects_to_the_system():
     """What an index worker does after each job (`heap.give_back_heap`): glibc keeps a fragmented heap's
     free pages otherwise, and Django's workers crept up to ~140 MB anonymous each."""

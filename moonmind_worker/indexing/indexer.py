@@ -22,7 +22,7 @@ from typing import Callable, Collection, Iterator
 from .. import observe
 from ..contracts import PAYLOAD_SCHEMA_VERSION
 from ..embedding import Embedder
-from ..heap import keep_large_blocks_out_of_the_heap
+from ..heap import collect_rarely, keep_large_blocks_out_of_the_heap
 from ..settings import Settings
 from ..store import FileTable, PointIn, Store
 from ..store.guardrails import check_collection
@@ -285,15 +285,16 @@ class IndexRun:
     def run(self) -> IndexSummary:
         started = time.perf_counter()
         keep_large_blocks_out_of_the_heap()  # this process writes the store and holds its growing segment
-        self._begin()
-        self._start()
-        try:
-            self._stream()
-        finally:
-            self.reader.close()
-            self.pool.close()
-            self.summary.worker_died = self.pool.lost_a_worker
-        self._finish()
+        with collect_rarely():
+            self._begin()
+            self._start()
+            try:
+                self._stream()
+            finally:
+                self.reader.close()
+                self.pool.close()
+                self.summary.worker_died = self.pool.lost_a_worker
+            self._finish()
         self.summary.seconds = time.perf_counter() - started
         return self.summary
 

@@ -14,6 +14,7 @@ Ctrl-C (the indexing process decides what an interrupt means), and hold no store
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -26,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
-from ..heap import give_back_heap, keep_large_blocks_out_of_the_heap
+from ..heap import BULK_GC_THRESHOLDS, give_back_heap, keep_large_blocks_out_of_the_heap
 
 #: Changed-file text handed to one chunking job (characters), or this many files, whichever comes first.
 GROUP_CHARS = 256_000
@@ -287,6 +288,7 @@ def _init(model_dir: str, name: str, parent: int) -> None:
     # OpenBLAS keeps its threads: the vectors' last bits depend on how it splits the product.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     keep_large_blocks_out_of_the_heap()
+    gc.set_threshold(*BULK_GC_THRESHOLDS)  # a worker does bulk work only (heap.collect_rarely says why)
     from ..embedding.static import StaticEmbedder
 
     global _model
