@@ -9,8 +9,9 @@
   a temporary directory at bench time (`model.safetensors` with the key `embeddings`, `tokenizer.json`,
   `config.json`), so both embed with the same table and neither downloads anything.
 
-Each: wall, chunks, chunks/s and the peak of the process tree's summed RSS (`measure.run_tree_measured`),
-the load average beside the round, and per round the ratio peer wall / our wall (>= 1.0: ours no slower).
+Each: wall, CPU (user + system of the whole process tree), chunks, chunks/s and the peak of the process
+tree's summed RSS (`measure.run_tree_measured`), the load average beside the round, and per round the ratio
+peer wall / our wall (>= 1.0: ours no slower); the CPU ratio after the table.
 Only the ratio within one run means anything on a shared box: absolute walls drift 1.5-2x between runs.
 
 Then query latency on those indexes, same queries: in-process (ours: embedder and store opened once in a
@@ -126,7 +127,8 @@ def ours_once(source: Path, home: Path) -> dict:
         raise RuntimeError(f"rag index failed ({r.code}): {r.stderr[-1500:]}")
     m = re.search(r"(\d+) indexed \+.*?(\d+) chunks written", r.stdout + r.stderr)
     files, chunks = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-    return {"wall_s": r.wall_s, "chunks": chunks, "files": files, "rss_mib": r.tree_peak_mib, "load": before}
+    return {"wall_s": r.wall_s, "cpu_s": r.cpu_s, "chunks": chunks, "files": files, "rss_mib": r.tree_peak_mib,
+            "load": before}
 
 
 def peer_once(source: Path, model: Path, cache: Path, workers: int, queries: list[str]) -> dict:
@@ -138,8 +140,8 @@ def peer_once(source: Path, model: Path, cache: Path, workers: int, queries: lis
     if r.code != 0:
         raise RuntimeError(f"semble build failed ({r.code}): {r.stderr[-1500:]}")
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    return {"wall_s": r.wall_s, "chunks": out["chunks"], "files": out["files"], "rss_mib": r.tree_peak_mib,
-            "load": before, "build_s": out["build_s"], "search_ms": out["search_ms"]}
+    return {"wall_s": r.wall_s, "cpu_s": r.cpu_s, "chunks": out["chunks"], "files": out["files"],
+            "rss_mib": r.tree_peak_mib, "load": before, "build_s": out["build_s"], "search_ms": out["search_ms"]}
 
 
 def cli_walls(cmd_for, env: dict[str, str], queries: list[str], rounds: int) -> list[float]:
@@ -211,22 +213,25 @@ def main(argv: list[str] | None = None) -> int:
         model = convert_model(scratch / "model2vec")
         home, cache = scratch / "home", scratch / "semble-cache"
         print(f"tree {source}; {os.cpu_count()} CPUs; peer SEMBLE_INDEX_WORKERS={args.peer_workers}", flush=True)
-        print("| round | load before (1/5/15 min) | ours wall | ours chunks | ours chunks/s | ours peak RSS "
-              "| peer wall | peer chunks | peer chunks/s | peer peak RSS | load before peer | peer/ours |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        ratios, peer_search = [], []
+        print("| round | load before (1/5/15 min) | ours wall | ours CPU | ours chunks | ours chunks/s | ours peak RSS "
+              "| peer wall | peer CPU | peer chunks | peer chunks/s | peer peak RSS | load before peer | peer/ours |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        ratios, cpu_ratios, peer_search = [], [], []
         for n in range(1, rounds + 1):
             o = ours_once(source, home)
             p = peer_once(source, model, cache, args.peer_workers, queries)
             peer_search += p["search_ms"]
             ratio = p["wall_s"] / o["wall_s"]
             ratios.append(ratio)
-            print(f"| {n} | {o['load']} | {o['wall_s']:.1f} s | {o['chunks']} | {o['chunks'] / o['wall_s']:.0f} "
-                  f"| {o['rss_mib']:.0f} MiB | {p['wall_s']:.1f} s | {p['chunks']} | {p['chunks'] / p['wall_s']:.0f} "
-                  f"| {p['rss_mib']:.0f} MiB | {p['load']} | **{ratio:.2f}** |", flush=True)
+            cpu_ratios.append(p["cpu_s"] / o["cpu_s"])
+            print(f"| {n} | {o['load']} | {o['wall_s']:.1f} s | {o['cpu_s']:.1f} s | {o['chunks']} "
+                  f"| {o['chunks'] / o['wall_s']:.0f} | {o['rss_mib']:.0f} MiB | {p['wall_s']:.1f} s | {p['cpu_s']:.1f} s "
+                  f"| {p['chunks']} | {p['chunks'] / p['wall_s']:.0f} | {p['rss_mib']:.0f} MiB | {p['load']} "
+                  f"| **{ratio:.2f}** |", flush=True)
         print(f"\nours: {o['files']} files indexed; peer: {p['files']} files with chunks. "
               f"peer/ours wall ratio: median {statistics.median(ratios):.2f}, min {min(ratios):.2f} "
-              "(>= 1.0: ours no slower)", flush=True)
+              f"(>= 1.0: ours no slower); CPU (user + system, whole process tree) ratio: median "
+              f"{statistics.median(cpu_ratios):.2f}", flush=True)
         if not args.no_queries:
             lat = latencies(source, home, model, cache, args.peer_workers, queries, qrounds)
             lat = {**dict(list(lat.items())[:1]), "semble in-process (`SembleIndex.search`)": peer_search,

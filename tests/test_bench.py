@@ -164,6 +164,18 @@ def test_hosted_latency_runs_on_a_given_tree_without_the_shared_eval_file(tmp_pa
     assert out["in_process_whole_query"]["n"] == 10 and out["cli_process_whole_query"]["n"] == 1
 
 
+def test_a_measured_process_tree_counts_the_cpu_of_the_children_it_reaped():
+    """`measure.run_tree_measured` (bench.peer's CPU columns): a parent that spends no CPU itself but waits for a
+    child that spends 0.3 s of CPU is measured at 0.3 s or more, with its exit code."""
+    from bench.measure import run_tree_measured
+
+    child = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    parent = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {child!r}])\nsys.exit(3)"
+    r = run_tree_measured([sys.executable, "-c", parent], dict(os.environ), every_s=0.01)
+    assert r.code == 3
+    assert r.cpu_s >= 0.3
+
+
 @pytest.mark.slow
 def test_peer_baseline_times_both_indexes_on_one_tree_and_reports_the_ratio_and_query_latency():
     """`python -m bench.peer --quick` (issue 36): our cold index and semble's build interleaved on a small
@@ -175,5 +187,6 @@ def test_peer_baseline_times_both_indexes_on_one_tree_and_reports_the_ratio_and_
     assert r.returncode == 0, r.stderr[-3000:]
     row = next(line for line in r.stdout.splitlines() if line.startswith("| 1 |"))
     assert row.count("MiB") == 2 and "**" in row, r.stdout
+    assert "CPU (user + system, whole process tree) ratio: median" in r.stdout
     for path in ("ours in-process", "semble in-process", "ours one-shot", "ours served", "semble CLI"):
         assert f"| {path}" in r.stdout, r.stdout
