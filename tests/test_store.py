@@ -426,6 +426,23 @@ def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segme
     assert config["optimizers"]["max_segment_size"] == 2  # the cap is the shard's own, kept by every later open
 
 
+def test_a_new_embedded_store_builds_its_graph_with_the_narrower_construction_beam(tmp_path):
+    """New shards record `edge_shard.EF_CONSTRUCT` (64, not the engine's 100: the writer's largest CPU cost, the
+    same packs on Django); the engine's own record of the shard says so, and a later open keeps it."""
+    from moonmind_worker.store import edge_shard
+
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        store.upsert(_points())
+        store.optimize()
+    finally:
+        store.close()
+    config = json.loads((tmp_path / "edge" / "test_coll" / "shard" / "edge_config.json").read_text())
+    assert config["hnsw_config"]["ef_construct"] == edge_shard.EF_CONSTRUCT == 64
+    assert config["hnsw_config"]["m"] == 16
+
+
 def test_a_store_says_how_many_points_it_takes_before_a_write_builds_a_segment(store, monkeypatch):
     """What an index run reads to stop its workers before a build (`Store.room`): the embedded engine
     counts down to its segment cap and starts again after each build; a server builds on its own."""
