@@ -294,6 +294,7 @@ def test_every_built_payload_is_the_contracts_own_dump():
             assert list(p.payload.items()) == list(want.items())
             assert [type(v) for v in p.payload.values()] == [type(v) for v in want.values()]  # 1_900_000_000 -> float
 
+
 def test_an_index_run_collects_cycles_rarely_and_gives_the_collector_its_thresholds_back(env, tmp_path):
     """An index run makes millions of short-lived containers: it raises the cyclic collector's thresholds
     while it runs (`heap.collect_rarely`) and leaves them as it found them, so a long-lived owner is unchanged."""

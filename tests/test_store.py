@@ -438,6 +438,11 @@ def test_a_new_embedded_store_builds_its_graph_with_the_narrower_construction_be
         store.optimize()
     finally:
         store.close()
+    again = EdgeStore(tmp_path / "edge", "test_coll")  # loaded with this version's settings given again
+    try:
+        assert again.count() == len(_points())
+    finally:
+        again.close()
     config = json.loads((tmp_path / "edge" / "test_coll" / "shard" / "edge_config.json").read_text())
     assert config["hnsw_config"]["ef_construct"] == edge_shard.EF_CONSTRUCT == 64
     assert config["hnsw_config"]["m"] == 16
