@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -446,6 +447,47 @@ def test_a_new_embedded_store_builds_its_graph_with_the_narrower_construction_be
     config = json.loads((tmp_path / "edge" / "test_coll" / "shard" / "edge_config.json").read_text())
     assert config["hnsw_config"]["ef_construct"] == edge_shard.EF_CONSTRUCT == 64
     assert config["hnsw_config"]["m"] == 16
+
+
+def test_a_dense_search_through_the_graph_finds_what_an_exact_search_finds(tmp_path, monkeypatch):
+    """The shipped graph (m 16, built with a beam of 64) searched with `DENSE_SEARCH_BEAM` returns the top 80
+    chunks an exact scan ranks (recall ≥ 0.99 on average), where the engine's default beam (the limit) missed ~2%.
+    Real vectors: this package's own source, 12-line chunks, embedded by the shipped model."""
+    from moonmind_worker.embedding.static import StaticEmbedder
+    from moonmind_worker.store import edge, edge_shard
+
+    monkeypatch.setattr(edge, "INDEXING_KB", 1)  # a graph for this small store
+    monkeypatch.setattr(edge_shard, "FULL_SCAN_KB", 1)  # and searched through it, not scanned whole
+    package = Path(edge.__file__).resolve().parent.parent
+    texts = []
+    for path in sorted(package.glob("**/*.py")):
+        lines = path.read_text().splitlines()
+        texts += ["\n".join(lines[i:i + 12]) for i in range(0, len(lines), 12)]
+    embedder = StaticEmbedder()
+    vectors = embedder.embed_documents(texts)
+    ids = [_id(n) for n in range(len(texts))]
+    queries = embedder.embed_documents([
+        "how is the store opened", "retry with backoff", "parse the query filters", "celery task routing",
+        "where are payload indexes created", "the owner socket's peer check", "token budget of a context pack",
+        "chunking python with tree-sitter", "statsd metrics", "overlay expiry sweep", "gateway authentication",
+        "cache of token ids",
+    ])
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(vectors.shape[1], "test-model", 1)
+        for start in range(0, len(texts), 1000):
+            store.upsert([PointIn(id=ids[n], dense=vectors[n], sparse=SparseVec([1], [1.0]),
+                                  payload={"repo": "a", "tenant": "t1"}) for n in range(start, min(len(texts), start + 1000))])
+        store.optimize()
+        recalls = []
+        for q in queries:
+            found = {h.id for h in store.search([SearchSpec(where=Where(), limit=80, dense=q)])[0]}
+            exact = {ids[n] for n in np.argsort(-(vectors @ q))[:80]}
+            recalls.append(len(found & exact) / 80)
+    finally:
+        store.close()
+    assert len(texts) > 1000
+    assert sum(recalls) / len(recalls) >= 0.99, recalls  # 0.993-0.996 here; 0.978-0.981 with the default beam
 
 
 def test_a_store_says_how_many_points_it_takes_before_a_write_builds_a_segment(store, monkeypatch):

@@ -23,6 +23,12 @@ from ..errors import MoonmindError
 
 DENSE = "dense"
 SPARSE = "bm25"
+#: How many graph candidates a dense search weighs (HNSW's `ef`; the engines' default is the larger of the
+#: limit and the build beam, 80 for the pipeline's pool). Why wider: at 80 the walk missed some of a large
+#: repository's nearest chunks, and which ones changed with every build of the graph (its threads race), so two
+#: indexes of one tree gave different packs; at 200 a Django search finds 99.7% of an exact scan's top 80 (99.0%
+#: at 80; the worst query 97.5%, 90–94%) for ~0.2 ms more. BENCHMARKS.md ("The HNSW graph").
+DENSE_SEARCH_BEAM = 200
 #: Collection metadata key: its value says the sparse vectors carry no engine IDF and BM25's
 #: statistics are each repository's own (`lexstats`); a collection without it predates that.
 LEXICAL_FORMAT_KEY = "lexical_format"

@@ -19,6 +19,7 @@ from typing import Any, ContextManager, Iterator, Sequence
 from . import edge_disk, edge_file_tables, edge_payloads, edge_reads, edge_replica, edge_shard, edge_term_tables
 from .base import (
     DENSE,
+    DENSE_SEARCH_BEAM,
     LEXICAL_FORMAT,
     LEXICAL_FORMAT_KEY,
     PAYLOAD_CACHE_POINTS,
@@ -258,9 +259,13 @@ class EdgeStore:
         then the payloads of the distinct hits are read once by id. Reading payload inside the
         query costs more per point (and twice for a point both branches find).
         """
-        from qdrant_edge import Prefetch, QueryBatchRequest, QueryRequest
+        from qdrant_edge import Prefetch, QueryBatchRequest, QueryRequest, SearchParams
 
         _refuse_if_expired(deadline)
+        wide = SearchParams(hnsw_ef=DENSE_SEARCH_BEAM)
+
+        def beam(s: SearchSpec) -> Any:
+            return wide if s.dense is not None else None  # the graph is the dense vectors'
         self._open()  # a missing collection fails here, before the requests are built
         requests: list[Any] = []
         plan: list[tuple[int, dict[str, int]]] = []
@@ -268,11 +273,12 @@ class EdgeStore:
             flt = _edge_filter(s.where)
             q = _edge_query(s.dense, s.sparse)
             main, extra = len(requests), dict[str, int]()
-            requests.append(QueryRequest(limit=s.limit, query=q, filter=flt, with_payload=False, with_vector=False))
+            requests.append(QueryRequest(limit=s.limit, query=q, filter=flt, with_payload=False, with_vector=False,
+                                         params=beam(s)))
             for score_field, dense, sparse in _rescorings(s):  # the same candidates, rescored by the other query
                 extra[score_field] = len(requests)
                 requests.append(QueryRequest(
-                    limit=s.limit, prefetches=[Prefetch(limit=s.limit, query=q, filter=flt)],
+                    limit=s.limit, prefetches=[Prefetch(limit=s.limit, query=q, filter=flt, params=beam(s))],
                     query=_edge_query(dense, sparse), with_payload=False, with_vector=False,
                 ))
             plan.append((main, extra))

@@ -14,9 +14,12 @@ from .edge_disk import no_room, room_to_open
 
 #: The HNSW graph's construction beam (the engine's default is 100; m and the threshold stay the defaults).
 #: Why lower: a segment's graph is the largest CPU cost of a cold index's writer, and a capped segment (~16k
-#: chunks) needs no wider beam: 64 gave the same packs on Django (BENCHMARKS.md, "Index speed against the
-#: peer"). The engine fixes it at a shard's creation: a store made before keeps 100.
+#: chunks) searched with a wide beam (base.DENSE_SEARCH_BEAM) needs no wider one: 64 gave the same packs on
+#: Django (BENCHMARKS.md, "The HNSW graph"). The engine fixes it at a shard's creation: a store made before
+#: keeps 100. Not fewer links (m 8): a Django graph built so left one query's nearest chunks out of reach.
 EF_CONSTRUCT = 64
+#: Segments with less than this many KB of dense vectors are searched whole, graph or not (the engine's default).
+FULL_SCAN_KB = 10_000
 
 
 def create(path: Path, dense: Any, optimizers: Any, wal: bool, indexes: Sequence[tuple[str, Any]]) -> Any:
@@ -36,7 +39,7 @@ def create(path: Path, dense: Any, optimizers: Any, wal: bool, indexes: Sequence
         vectors={DENSE: dense},
         # no IDF modifier: the engine's would count every repository in the shard (see lexstats)
         sparse_vectors={SPARSE: EdgeSparseVectorParams(memory=cached)},
-        hnsw_config=HnswIndexConfig(m=16, ef_construct=EF_CONSTRUCT, full_scan_threshold=10_000, memory=cached),
+        hnsw_config=HnswIndexConfig(m=16, ef_construct=EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB, memory=cached),
         optimizers=optimizers,
         wal_enabled=None if wal else False,
     )

@@ -18,6 +18,7 @@ from ..errors import MoonmindError, redact
 from ..settings import Settings
 from .base import (
     DENSE,
+    DENSE_SEARCH_BEAM,
     LEXICAL_FORMAT,
     LEXICAL_FORMAT_KEY,
     PAYLOAD_INDEXES,
@@ -256,6 +257,11 @@ class QdrantClientStore:
         from qdrant_client import models as m
 
         _refuse_if_expired(deadline)
+        wide = m.SearchParams(hnsw_ef=DENSE_SEARCH_BEAM)  # as the embedded store (base.DENSE_SEARCH_BEAM)
+
+        def beam(s: SearchSpec) -> Any:
+            return wide if s.dense is not None else None
+
         requests: list[Any] = []
         plan: list[tuple[int, dict[str, int]]] = []
         for s in specs:
@@ -264,7 +270,7 @@ class QdrantClientStore:
             main, rescored = len(requests), dict[str, int]()
             requests.append(
                 m.QueryRequest(
-                    query=query, using=using, filter=flt, limit=s.limit,
+                    query=query, using=using, filter=flt, limit=s.limit, params=beam(s),
                     with_payload=list(s.fields) if s.fields is not None else True, with_vector=False,
                 )
             )
@@ -273,7 +279,7 @@ class QdrantClientStore:
                 other, other_using = _client_query(dense, sparse)
                 requests.append(
                     m.QueryRequest(
-                        prefetch=m.Prefetch(query=query, using=using, filter=flt, limit=s.limit),
+                        prefetch=m.Prefetch(query=query, using=using, filter=flt, limit=s.limit, params=beam(s)),
                         query=other, using=other_using, limit=s.limit, with_payload=False, with_vector=False,
                     )
                 )
