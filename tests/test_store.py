@@ -449,6 +449,7 @@ def test_a_new_embedded_store_builds_its_graph_with_the_narrower_construction_be
     assert config["hnsw_config"]["m"] == 16
 
 
+@pytest.mark.slow  # builds a graph over ~1,800 embedded chunks: about a second
 def test_a_dense_search_through_the_graph_finds_what_an_exact_search_finds(tmp_path, monkeypatch):
     """The shipped graph (m 16, built with a beam of 64) searched with `DENSE_SEARCH_BEAM` returns the top 80
     chunks an exact scan ranks (recall ≥ 0.99 on average), where the engine's default beam (the limit) missed ~2%.
