@@ -27,7 +27,7 @@ SPARSE = "bm25"
 #: limit and the build beam, 80 for the pipeline's pool). Why wider: at 80 the walk missed some of a large
 #: repository's nearest chunks, and which ones changed with every build of the graph (its threads race), so two
 #: indexes of one tree gave different packs; at 200 a Django search finds 99.7% of an exact scan's top 80 (99.0%
-#: at 80; the worst query 97.5%, 90–94%) for ~0.2 ms more. BENCHMARKS.md ("The HNSW graph").
+#: at 80; the worst query 97.5% against 90–94%) for ~0.2 ms more. BENCHMARKS.md ("The HNSW graph").
 DENSE_SEARCH_BEAM = 200
 #: Collection metadata key: its value says the sparse vectors carry no engine IDF and BM25's
 #: statistics are each repository's own (`lexstats`); a collection without it predates that.

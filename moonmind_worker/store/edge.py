@@ -266,6 +266,7 @@ class EdgeStore:
 
         def beam(s: SearchSpec) -> Any:
             return wide if s.dense is not None else None  # the graph is the dense vectors'
+
         self._open()  # a missing collection fails here, before the requests are built
         requests: list[Any] = []
         plan: list[tuple[int, dict[str, int]]] = []

@@ -257,7 +257,9 @@ class QdrantClientStore:
         from qdrant_client import models as m
 
         _refuse_if_expired(deadline)
-        wide = m.SearchParams(hnsw_ef=DENSE_SEARCH_BEAM)  # as the embedded store (base.DENSE_SEARCH_BEAM)
+        # a server walks its graph as the embedded store does (base.DENSE_SEARCH_BEAM); local mode scans
+        # every point exactly and warns that search parameters do nothing there
+        wide = None if self.local else m.SearchParams(hnsw_ef=DENSE_SEARCH_BEAM)
 
         def beam(s: SearchSpec) -> Any:
             return wide if s.dense is not None else None
