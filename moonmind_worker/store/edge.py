@@ -19,7 +19,6 @@ from typing import Any, ContextManager, Iterator, Sequence
 from . import edge_disk, edge_file_tables, edge_payloads, edge_reads, edge_replica, edge_shard, edge_term_tables
 from .base import (
     DENSE,
-    DENSE_SEARCH_BEAM,
     LEXICAL_FORMAT,
     LEXICAL_FORMAT_KEY,
     PAYLOAD_CACHE_POINTS,
@@ -39,7 +38,7 @@ from .base import (
 from .edge_directory import EdgeDirectory
 from .edge_disk import BATCH_FACTOR, CREATE_BYTES
 from .edge_file_tables import FILE_TABLES
-from .edge_query import _edge_filter, _edge_query
+from .edge_query import _edge_filter, _point_key, branch_request, rescoring_request, rows
 from .edge_term_tables import TERM_TABLES
 
 #: Points written since the shard was loaded above which `optimize` loads it again first (memory).
@@ -261,46 +260,22 @@ class EdgeStore:
         hits are read once by id. Reading payload inside the query costs more per point (and twice
         for a point both branches find).
         """
-        from qdrant_edge import Filter, HasIdCondition, QueryBatchRequest, QueryRequest, SearchParams
+        from qdrant_edge import QueryBatchRequest
 
         _refuse_if_expired(deadline)
-        wide = SearchParams(hnsw_ef=DENSE_SEARCH_BEAM)
         self._open()  # a missing collection fails here, before the requests are built
-        requests = [
-            QueryRequest(limit=s.limit, query=_edge_query(s.dense, s.sparse), filter=_edge_filter(s.where),
-                         with_payload=False, with_vector=False,
-                         params=wide if s.dense is not None else None)  # the graph is the dense vectors'
-            for s in specs
-        ]
-        # (key, score) pairs keyed by the id's integer: the binding builds a new UUID object on every
-        # `.id` access, and UUIDs hash and compare in Python (~1,000 such calls per search)
-        points_of: dict[Any, Any] = {}
-
-        def rows(batch: Any) -> list[list[tuple[Any, float]]]:
-            out = []
-            for points in batch:
-                row = []
-                for p in points:
-                    pid = p.id
-                    k = _point_key(pid)
-                    points_of[k] = pid
-                    row.append((k, p.score))
-                out.append(row)
-            return out
-
+        requests = [branch_request(s) for s in specs]
+        points_of: dict[Any, Any] = {}  # id key -> the engine's id (see edge_query.rows)
         rescoring: list[tuple[int, str]] = []  # (spec, Hit field) of each rescoring request, in order
         again: list[Any] = []
         with self._engine:  # one hold: no write lands between a branch and its rescoring
-            results = rows(self._open().query_batch(QueryBatchRequest(requests)))
+            results = rows(self._open().query_batch(QueryBatchRequest(requests)), points_of)
             for i, s in enumerate(specs):
                 found = {points_of[k] for k, _ in results[i]}
                 for score_field, dense, sparse in _rescorings(s) if found else ():  # the same candidates, by id
                     rescoring.append((i, score_field))
-                    again.append(QueryRequest(
-                        limit=len(found), query=_edge_query(dense, sparse), filter=Filter(must=[HasIdCondition(found)]),
-                        with_payload=False, with_vector=False,
-                    ))
-            rescored = rows(self._open().query_batch(QueryBatchRequest(again))) if again else []
+                    again.append(rescoring_request(found, dense, sparse))
+            rescored = rows(self._open().query_batch(QueryBatchRequest(again)), points_of) if again else []
         extra: dict[int, dict[str, dict[Any, float]]] = {}
         for (i, score_field), row in zip(rescoring, rescored):
             extra.setdefault(i, {})[score_field] = dict(row)
@@ -597,11 +572,6 @@ def _batch_bytes(points: Sequence[PointIn]) -> int:
         n += 4 * len(p.dense) + 8 * len(p.sparse.indices) + 256
         n += sum(len(v) for v in p.payload.values() if isinstance(v, str))
     return n
-
-
-def _point_key(pid: Any) -> Any:
-    """A point id as a cheap dict key: a UUID's integer (ids are UUIDs here), anything else as is."""
-    return pid.int if pid.__class__ is uuid.UUID else pid
 
 
 def _dense_of(vector: Any) -> Any:
