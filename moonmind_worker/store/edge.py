@@ -276,14 +276,14 @@ class EdgeStore:
                     rescoring.append((i, score_field))
                     again.append(rescoring_request(found, dense, sparse))
             rescored = rows(self._open().query_batch(QueryBatchRequest(again)), points_of) if again else []
-        extra: dict[int, dict[str, dict[Any, float]]] = {}
+        # each asked score per spec, empty where the branch found nothing (every candidate then scores 0)
+        scored: list[dict[str, dict[Any, float]]] = [{f: {} for f, _, _ in _rescorings(s)} for s in specs]
         for (i, score_field), row in zip(rescoring, rescored):
-            extra.setdefault(i, {})[score_field] = dict(row)
+            scored[i][score_field] = dict(row)
         payloads = self._payloads(results, specs, points_of)
         out = []
         for i, s in enumerate(specs):
-            scored, asked = extra.get(i, {}), {f for f, _, _ in _rescorings(s)}
-            cos, bm25 = (scored.get(f, {}) if f in asked else None for f in ("cosine", "bm25"))
+            cos, bm25 = (scored[i].get(f) for f in ("cosine", "bm25"))
             hits = []
             for pid, score in results[i]:
                 if pid not in payloads:
