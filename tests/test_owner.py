@@ -323,12 +323,13 @@ def test_owner_auto_starts_a_background_owner_that_answers_then_exits_when_idle(
             time.sleep(0.1)
 
 
-def test_a_background_owner_does_not_inherit_the_one_shot_searchs_blas_thread_setting(prebuilt, cli, home):
+def test_a_background_owner_embeds_on_one_blas_thread_like_the_command_that_started_it(prebuilt, cli, home):
+    """The same vectors whichever process embeds a file (cli.main.one_thread_blas)."""
     r = cli(*QUERY, extra_env={"MOONMIND_OWNER": "auto", "MOONMIND_OWNER_IDLE_S": "2"})
     assert r.code == 0, r.stderr
     pid = int((socket_of(home).parent / "owner.lock").read_text())
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    assert not any(v.startswith(b"OPENBLAS_NUM_THREADS=") for v in environ)  # the owner indexes too: all cores
+    assert b"OPENBLAS_NUM_THREADS=1" in environ
 
 
 @pytest.mark.slow

@@ -312,8 +312,8 @@ def run() -> None:
     Why: tearing down the modules and the engine's objects of a one-shot command is a sizeable
     share of its wall time, spent for nothing. Buffered store writes are flushed by `main` first.
     """
+    one_thread_blas()
     if sys.argv[1:3] == ["rag", "search"]:
-        one_thread_blas()
         # One search leaves a few hundred objects in reference cycles, but a one-shot one imports
         # enough (pydantic, the pipeline) to run the cyclic collector dozens of times, for nothing,
         # as the process ends right after. The thin client's path allocates too little to notice.
@@ -332,21 +332,17 @@ def run() -> None:
     os._exit(rc)
 
 
-#: Set by `one_thread_blas` when this process, not its caller, chose OpenBLAS's thread count.
-BLAS_THREADS_SET = False
-
-
 def one_thread_blas() -> None:
-    """One OpenBLAS thread for a `rag search` that ends up loading numpy here (one-shot, no owner).
+    """One OpenBLAS thread in this command's process and the owner it starts, unless the caller chose a count.
 
-    Why: OpenBLAS starts a thread per core when numpy is imported, which slows a one-shot
-    search; the one query it embeds is far too small to use them. A value
-    the caller set is kept, and an owner this process starts does not inherit ours (`owner.client`).
+    Why: a document's vector is a matrix product (`StaticEmbedder._mean_rows`) whose last bits
+    depend on how many threads OpenBLAS splits it over, and the index workers run one thread each
+    (indexing/workers.py says why); one here too gives the same vectors whichever process embeds a
+    file: this one, an owner, a worker. A one-shot search's one query is far too small for threads.
+    Set before numpy loads, which reads it once.
     """
-    global BLAS_THREADS_SET
-    if "OPENBLAS_NUM_THREADS" not in os.environ and "numpy" not in sys.modules:
-        os.environ["OPENBLAS_NUM_THREADS"] = "1"
-        BLAS_THREADS_SET = True
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def main(argv: list[str] | None = None, *, _ending: bool = False) -> int:

@@ -276,16 +276,19 @@ _model: Any = None
 
 
 def _init(model_dir: str, name: str, parent: int) -> None:
-    # Read by OpenBLAS when numpy loads (not yet: this module does not import it). Its idle threads
-    # otherwise spin for ~2**28 cycles after every matrix product, a worker's turn on a core taken
-    # from the other worker and the writer; same threads and partition of the product, same bits.
+    # Read by OpenBLAS when numpy loads (not yet: this module does not import it). One thread: the
+    # workers already fill every core, and a product split over threads that each wait for the
+    # others while those wait for a core spent ~9% of a Django run's CPU in OpenBLAS's sync loops
+    # (BENCHMARKS.md). The command that started us chose one too (cli.main.one_thread_blas), so a
+    # file's vector has the same bits here as there; a count the caller set is kept, and then
+    # idle threads sleep soon instead of spinning ~2**28 cycles after every product.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
     _first_for_the_oom_killer()
     # Why one tokenizer thread: the workers already fill every core, so its thread pool only competes
     # with them, and each pool thread keeps its own malloc arena (memory); the ids are the same.
-    # OpenBLAS keeps its threads: the vectors' last bits depend on how it splits the product.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     keep_large_blocks_out_of_the_heap()
     gc.set_threshold(*BULK_GC_THRESHOLDS)  # a worker does bulk work only (heap.collect_rarely says why)

@@ -247,9 +247,6 @@ def start_background_owner(settings: Any, collection: str) -> Owner | None:
     log = Path(trust.ensure_private_dirs(settings.moonmind_home)) / "owner.log"
     cmd = [sys.executable, "-m", "moonmind_worker.cli.main", "serve", "--idle-exit", f"{settings.owner_idle_s:g}"]
     env = dict(os.environ, MOONMIND_COLLECTION=collection, MOONMIND_OWNER="off")
-    cli = sys.modules.get("moonmind_worker.cli.main")
-    if cli is not None and cli.BLAS_THREADS_SET:  # a one-shot search's setting, not one for a long-lived owner
-        env.pop("OPENBLAS_NUM_THREADS", None)
     _rotate(log)
     with os.fdopen(trust.open_private_file(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
