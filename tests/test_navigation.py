@@ -400,6 +400,7 @@ def test_an_older_embedded_store_gains_the_symbols_index_on_its_next_index_run(t
     from moonmind_worker.store import EdgeStore, edge
 
     settings = _settings(tmp_path)
+    monkeypatch.setattr(edge, "KEYED_ON_CREATE", False)  # each keyword field indexed on its own, as then
     monkeypatch.setattr(edge, "PAYLOAD_INDEXES", tuple(i for i in edge.PAYLOAD_INDEXES if i[0] != "symbols"))
     store = EdgeStore(settings.data_dir, settings.collection)
     from moonmind_worker.embedding import StaticEmbedder

@@ -25,6 +25,7 @@ from moonmind_worker.store import (
     SearchSpec,
     SparseVec,
     Where,
+    edge,
 )
 
 DIMS = 4
@@ -63,9 +64,11 @@ def _points() -> list[PointIn]:
     return out
 
 
-@pytest.fixture(params=["edge", "local"])
-def store(request, tmp_path):
-    if request.param == "edge":
+@pytest.fixture(params=["edge", "edge-flat", "local"])
+def store(request, tmp_path, monkeypatch):
+    if request.param == "edge-flat":  # a store the previous version made: each keyword field flat, indexed on its own
+        monkeypatch.setattr(edge, "KEYED_ON_CREATE", False)
+    if request.param.startswith("edge"):
         s = EdgeStore(tmp_path / "edge", "test_coll")
     else:
         s = QdrantClientStore(Settings(QDRANT_URL=":memory:"), "test_coll")
@@ -780,19 +783,50 @@ def test_the_embedded_store_hands_the_engine_the_unfiltered_fields_as_one_string
         raw = store._open().retrieve([_id(0)], with_payload=True, with_vector=False)[0].payload
     finally:
         store.close()
-    assert set(raw) - {edge_payloads.PACKED} == {k for k in _FULL_PAYLOAD if k in edge_payloads.FLAT}
+    assert set(raw) - {edge_payloads.PACKED, edge_payloads.KEYS} == {
+        k for k in _FULL_PAYLOAD if k in edge_payloads.FLAT and k not in edge_payloads.KEYED}
     assert json.loads(raw[edge_payloads.PACKED])["chunk_id"] == _FULL_PAYLOAD["chunk_id"]
+
+
+def test_a_new_embedded_store_holds_its_keyword_filter_fields_as_entries_of_one_indexed_list(tmp_path):
+    """One payload index for every keyword field a filter matches (each index is a pass over every payload in a
+    segment build), and the float one; the entries in the payload's order, one per element of a list."""
+    from moonmind_worker.store import edge_payloads
+
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        assert set(store._open().info().payload_schema) == {edge_payloads.KEYS, "expires_at"}
+        store.upsert([PointIn(id=_id(0), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]), payload=_FULL_PAYLOAD)])
+        raw = store._open().retrieve([_id(0)], with_payload=True, with_vector=False)[0].payload
+    finally:
+        store.close()
+    assert raw[edge_payloads.KEYS] == ["path=pkg/a.py", "repo=a", "tenant=t1", "language=python",
+                                       "trust_class=canonical", "run_id=", "symbols=f"]
+
+
+def test_keyword_fields_with_no_text_to_key_read_back_as_written(store):
+    """None, an empty list, an empty string, a value holding '=': each reads back as it was written, in its place."""
+    store.create(DIMS, "test-model", 1)
+    odd = {**_FULL_PAYLOAD, "language": None, "symbols": [], "run_id": "", "path": "a=b.py"}
+    store.upsert([PointIn(id=_id(0), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]), payload=odd)])
+    for payload in (store.retrieve([_id(0)])[0].payload, next(iter(store.scroll(None, True))).payload):
+        assert payload == odd and list(payload) == list(odd)
+    assert store.retrieve([_id(0)], ["symbols", "language"])[0].payload == {"symbols": [], "language": None}
+    assert [h.payload for h in store.scroll(Where(must=(Match("path", "a=b.py"), Match("run_id", ""))), ["path"])] == [
+        {"path": "a=b.py"}]
 
 
 def test_an_embedded_store_written_before_the_packed_layout_reads_as_before(tmp_path, monkeypatch):
     """Points written with every field on its own (the older layout) read, filter and narrow as they did."""
     from moonmind_worker.store import edge_payloads
 
+    monkeypatch.setattr(edge, "KEYED_ON_CREATE", False)  # the older store, whose fields were all flat
     store = EdgeStore(tmp_path / "edge", "test_coll")
     try:
         store.create(DIMS, "test-model", 1)
         with monkeypatch.context() as m:
-            m.setattr(edge_payloads, "pack", lambda payload: dict(payload))  # the older writer
+            m.setattr(edge_payloads, "pack", lambda payload, keyed=False: dict(payload))  # the older writer
             store.upsert([PointIn(id=_id(0), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]), payload=_FULL_PAYLOAD)])
         store.upsert([PointIn(id=_id(1), dense=_vec(0, 1, 0, 0), sparse=SparseVec([1], [1.0]),
                               payload={**_FULL_PAYLOAD, "path": "pkg/b.py"})])

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ContextManager, Iterator, Sequence
 
@@ -64,6 +65,11 @@ INDEXING_KB = 10_000
 #: (`_durable`), which also makes it survive a power cut. Figures: BENCHMARKS.md ("no write-ahead
 #: log"). A store created with a log keeps it and works as before.
 WAL_ON_CREATE = False
+#: Whether a new shard holds its keyword filter fields as one indexed list of entries (edge_payloads.KEYS).
+#: Why: one payload index for them where there were seven, each a pass over every payload in every
+#: segment build (BENCHMARKS.md, "One index for the keyword fields"). A store made before keeps its
+#: fields and indexes; a test turns this off to make one.
+KEYED_ON_CREATE = True
 #: How long a command queues behind one-shot commands holding the store (they hold it for a moment each).
 ONE_SHOT_QUEUE_S = 60.0
 
@@ -153,14 +159,23 @@ class EdgeStore:
         self._files.clear_data()
         self._room(CREATE_BYTES, "creating the store")
         # Cached indexes and graph, Cold dense vectors: edge_shard.create and _dense say why
-        indexes = [(name, _index_params(kind)) for name, kind in PAYLOAD_INDEXES]
+        keyed = KEYED_ON_CREATE
+        indexes = [(name, _index_params(kind)) for name, kind in _indexes(keyed)]
         with self._no_room("creating the store"):
             self._shard = edge_shard.create(self.data_dir / "shard", _dense(dimensions), _optimizers(), WAL_ON_CREATE, indexes)
         self._wal = WAL_ON_CREATE
         self._write_meta(
             {"dimensions": dimensions, "model": model, "schema_version": schema_version, "created_at": time.time(),
-             LEXICAL_FORMAT_KEY: LEXICAL_FORMAT}
+             LEXICAL_FORMAT_KEY: LEXICAL_FORMAT, **({edge_payloads.LAYOUT_KEY: edge_payloads.KEYED_LAYOUT} if keyed else {})}
         )
+
+    def _keyed(self) -> bool:
+        """Whether this store holds its keyword filter fields as entries (KEYED_ON_CREATE); one made before does not."""
+        return (self._files.read_meta() or {}).get(edge_payloads.LAYOUT_KEY) == edge_payloads.KEYED_LAYOUT
+
+    def _stored(self, where: Where | None) -> Where | None:
+        """`where` as this store's payload layout matches it."""
+        return edge_payloads.keyed_where(where) if where is not None and self._keyed() else where
 
     def _write_meta(self, meta: dict[str, Any]) -> None:
         self._forget_cached()
@@ -180,6 +195,7 @@ class EdgeStore:
         self._open()
         doing = f"writing {len(points)} chunks"
         self._room(BATCH_FACTOR * _batch_bytes(points), doing)
+        keyed = self._keyed()
         op = UpdateOperation.upsert_points(
             [
                 Point(
@@ -188,7 +204,7 @@ class EdgeStore:
                         DENSE: p.dense.tolist(),
                         SPARSE: SparseVector(indices=p.sparse.indices, values=p.sparse.values),
                     },
-                    payload=edge_payloads.pack(p.payload),
+                    payload=edge_payloads.pack(p.payload, keyed),
                 )
                 for p in points
             ]
@@ -225,7 +241,7 @@ class EdgeStore:
         self._open()
         self._room(0, "deleting chunks")  # a delete marks flags in mapped files too
         with self._engine, self._no_room("deleting chunks"):
-            self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(where)))
+            self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(self._stored(where))))
             self._dirty = True
             self._durable()
 
@@ -264,7 +280,7 @@ class EdgeStore:
 
         _refuse_if_expired(deadline)
         self._open()  # a missing collection fails here, before the requests are built
-        requests = [branch_request(s) for s in specs]
+        requests = [branch_request(replace(s, where=self._stored(s.where))) for s in specs]
         points_of: dict[Any, Any] = {}  # id key -> the engine's id (see edge_query.rows)
         rescoring: list[tuple[int, str]] = []  # (spec, Hit field) of each rescoring request, in order
         again: list[Any] = []
@@ -361,13 +377,13 @@ class EdgeStore:
         return {str(r.id): list(_dense_of(r.vector)) for r in records}
 
     def scroll(self, where: Where | None, fields: Sequence[str] | bool, batch: int = 1024) -> Iterator[Hit]:
-        return edge_reads.scroll(self._open, self._engine, where, fields, batch)
+        return edge_reads.scroll(self._open, self._engine, self._stored(where), fields, batch)
 
     def sparse_terms(self, where: Where | None = None, ids: Sequence[str] | None = None) -> Iterator[list[int]]:
-        return edge_reads.sparse_terms(self._open, self._engine, where, ids)
+        return edge_reads.sparse_terms(self._open, self._engine, self._stored(where), ids)
 
     def count(self, where: Where | None = None) -> int:
-        return edge_reads.count(self._open, self._engine, where)
+        return edge_reads.count(self._open, self._engine, self._stored(where))
 
     def read_term_table(self, key: str, version: str) -> TermTable | None:
         return edge_term_tables.read(self.data_dir / TERM_TABLES, key, version)
@@ -420,7 +436,7 @@ class EdgeStore:
         with self._engine:
             shard = self._open()
             have = shard.info().payload_schema
-            missing = [(name, _index_params(kind)) for name, kind in PAYLOAD_INDEXES if name not in have]
+            missing = [(name, _index_params(kind)) for name, kind in _indexes(self._keyed()) if name not in have]
             if not missing:
                 return
             with self._no_room("adding payload indexes"):
@@ -528,6 +544,11 @@ def open_replica(source: Path, root: Path, collection: str) -> EdgeStore:
     """
     mine = edge_replica.copy_data_dir(source, root, collection)
     return EdgeStore(mine, collection, scratch=mine)
+
+
+def _indexes(keyed: bool) -> tuple[tuple[str, str], ...]:
+    """The payload indexes (name, kind) of a store of this layout."""
+    return edge_payloads.KEYED_INDEXES if keyed else PAYLOAD_INDEXES
 
 
 def _index_params(kind: str) -> Any:
