@@ -65,10 +65,9 @@ INDEXING_KB = 10_000
 #: (`_durable`), which also makes it survive a power cut. Figures: BENCHMARKS.md ("no write-ahead
 #: log"). A store created with a log keeps it and works as before.
 WAL_ON_CREATE = False
-#: Whether a new shard holds its keyword filter fields as one indexed list of entries (edge_payloads.KEYS).
-#: Why: one payload index for them where there were seven, each a pass over every payload in every
-#: segment build (BENCHMARKS.md, "One index for the keyword fields"). A store made before keeps its
-#: fields and indexes; a test turns this off to make one.
+#: Whether a new shard holds its keyword filter fields as one indexed list of entries (edge_payloads.KEYS):
+#: one payload index where there were seven, each a pass over every payload in every segment build
+#: (BENCHMARKS.md, "One index for the keyword fields"). A store made before keeps its layout (tests make one).
 KEYED_ON_CREATE = True
 #: How long a command queues behind one-shot commands holding the store (they hold it for a moment each).
 ONE_SHOT_QUEUE_S = 60.0
@@ -280,7 +279,8 @@ class EdgeStore:
 
         _refuse_if_expired(deadline)
         self._open()  # a missing collection fails here, before the requests are built
-        requests = [branch_request(replace(s, where=self._stored(s.where))) for s in specs]
+        keyed = self._keyed()
+        requests = [branch_request(replace(s, where=edge_payloads.keyed_where(s.where)) if keyed else s) for s in specs]
         points_of: dict[Any, Any] = {}  # id key -> the engine's id (see edge_query.rows)
         rescoring: list[tuple[int, str]] = []  # (spec, Hit field) of each rescoring request, in order
         again: list[Any] = []
