@@ -355,6 +355,30 @@ def test_index_workers_collect_cycles_rarely():
     assert tuple(in_worker) == BULK_GC_THRESHOLDS
 
 
+def test_index_workers_run_openblas_on_one_thread_unless_the_caller_chose_a_count(monkeypatch):
+    """Each worker already holds a core: a second BLAS thread per worker only spins waiting for one (BENCHMARKS.md)."""
+    import os
+
+    from moonmind_worker.embedding.static import StaticEmbedder
+    from moonmind_worker.indexing import workers
+    from moonmind_worker.settings import Settings
+
+    seen = []
+    for chosen in (None, "3"):
+        if chosen is None:
+            monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OPENBLAS_NUM_THREADS", chosen)
+        pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
+        try:
+            pool.result(pool.chunk([("m.py", "def f(x):\n    return x\n")], 200, 0))
+            assert pool.parallel
+            seen.append(pool._executor.submit(os.getenv, "OPENBLAS_NUM_THREADS").result(timeout=60))  # type: ignore[union-attr]
+        finally:
+            pool.close()
+    assert seen == ["1", "3"]
+
+
 def test_giving_back_the_heap_returns_the_pages_of_freed_objects_to_the_system():
     """What an index worker does after each job (`heap.give_back_heap`): glibc keeps a fragmented heap's
     free pages otherwise, and Django's workers crept up to ~140 MB anonymous each."""
