@@ -109,8 +109,8 @@ def _no_signal(r) -> None:
 
 
 def test_an_index_that_fills_the_disk_stops_with_disk_full_and_the_next_run_resumes(on_fs, small_fs, tmp_path):
-    tree = _tree(tmp_path / "big", 3000)  # a few batches fit in 80 MB, not all of them
-    _resize(small_fs, 80)
+    tree = _tree(tmp_path / "big", 3000)  # a few batches fit in 56 MB, not all of them
+    _resize(small_fs, 56)
     r = on_fs("rag", "index", str(tree), "--repo", "big", "--json")
     _refused_clearly(r, small_fs / "home")
     # the run stopped with room left for reads: what it wrote is searchable at once
