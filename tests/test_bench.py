@@ -116,6 +116,40 @@ def test_index_memory_breaks_the_runs_peak_down_by_process(tmp_path):
     assert "| writer (rag index) |" in r.stdout and "[heap]" in r.stdout, r.stdout
 
 @pytest.mark.slow
+def test_index_timeline_shows_the_cores_the_writer_and_its_workers_used_over_the_run(tmp_path):
+    """When a cold index keeps the cores busy and when not: a row per interval, and the run's summary."""
+    from conftest import FIXTURE_FILES, write_tree
+
+    tree = write_tree(tmp_path / "tree", FIXTURE_FILES)
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    r = subprocess.run([sys.executable, "-m", "bench.index_timeline", "--source", str(tree), "--every", "0.05"], env=env,
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "| t (s) | writer cores | worker cores | workers | summed RSS |" in r.stdout, r.stdout
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "MiB |" in line]
+    assert rows and "wall " in r.stdout and "peak summed RSS" in r.stdout, r.stdout
+    assert max(float(row.split("|")[2]) for row in rows) > 0, r.stdout  # the writer was seen working
+
+
+@pytest.mark.slow
+def test_dense_graph_reports_build_latency_and_recall_per_variant_and_names_a_bad_one(tmp_path):
+    """The dense index's options on a real index's vectors; a mistyped variant is refused before any index run."""
+    from conftest import FIXTURE_FILES, write_tree
+
+    tree = write_tree(tmp_path / "tree", FIXTURE_FILES)
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    cmd = [sys.executable, "-m", "bench.dense_graph", "--source", str(tree), "--builds", "1", "--queries", "4"]
+    r = subprocess.run([*cmd, "--variant", "graph:m=12", "--variant", "plain-int8"], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    for variant in ("graph:m=12", "plain-int8"):
+        row = next(line for line in r.stdout.splitlines() if line.startswith(f"| {variant} |"))
+        assert row.split("|")[5].strip() == "1.0000", row  # a tree this small is searched whole: every query exact
+    bad = subprocess.run([*cmd, "--variant", "graph:m=x"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "bad option 'm=x'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
 def test_same_output_finds_identical_searches_identical_and_reports_a_changed_one(prebuilt, home, tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "bench.same_output", "--home", str(home), "--only", "q00", "symbol", *args],

@@ -18,6 +18,8 @@ from .edge_disk import no_room, room_to_open
 #: Django (BENCHMARKS.md, "The HNSW graph"). The engine fixes it at a shard's creation: a store made before
 #: keeps 100. Not fewer links (m 8): a Django graph built so left one query's nearest chunks out of reach.
 EF_CONSTRUCT = 64
+#: Links per point in the graph (the engine's default): `python -m bench.dense_graph` compares others.
+HNSW_M = 16
 #: Segments with less than this many KB of dense vectors are searched whole, graph or not (the engine's default).
 FULL_SCAN_KB = 10_000
 
@@ -39,7 +41,7 @@ def create(path: Path, dense: Any, optimizers: Any, wal: bool, indexes: Sequence
         vectors={DENSE: dense},
         # no IDF modifier: the engine's would count every repository in the shard (see lexstats)
         sparse_vectors={SPARSE: EdgeSparseVectorParams(memory=cached)},
-        hnsw_config=HnswIndexConfig(m=16, ef_construct=EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB, memory=cached),
+        hnsw_config=HnswIndexConfig(m=HNSW_M, ef_construct=EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB, memory=cached),
         optimizers=optimizers,
         wal_enabled=None if wal else False,
     )
