@@ -8,11 +8,11 @@ the rest at the end). Each build then answers Q queries near stored chunks (a st
 seeded noise) and the static model's embeddings of `bench.owner.QUERIES`, with the store's filter shape
 (two keyed entries every point holds), beam (`DENSE_SEARCH_BEAM`) and dense limit (`CANDIDATE_POOL`).
 
-Variants: `graph` (the store's: m `HNSW_M`, `EF_CONSTRUCT`), `graph:m=12`, `graph:ef=48` (any m / ef), `plain`
-(no graph: every segment scanned), `plain-int8` and `graph-int8` (scalar int8 copies searched, then
-rescored on the vectors, oversampling 2). Reported per variant: build wall and CPU, search p50 / p95, and
-recall@limit against an exact cosine scan: mean, worst, and how many queries fell below 0.5. Graph
-builds use two threads and are not deterministic; rare poorly linked points show up only over many builds.
+Variants: `graph` (the store's: m `HNSW_M`, `EF_CONSTRUCT`, the engine's thread count), `graph:m=12,ef=48,threads=1`
+(any of the three), `plain` (no graph: every segment scanned), `plain-int8` and `graph-int8` (scalar int8 copies
+searched, then rescored on the vectors, oversampling 2). Reported per variant: build wall and CPU, search p50 / p95,
+and recall@limit against an exact cosine scan: mean, worst, and how many queries fell below 0.5. Graph builds with
+several threads are not deterministic; rare poorly linked points show up only over many builds.
 """
 
 from __future__ import annotations
@@ -66,17 +66,17 @@ def parse_variant(name: str) -> dict:
 
     kind, _, opts = name.partition(":")
     if kind not in ("graph", "plain", "graph-int8", "plain-int8"):
-        raise SystemExit(f"unknown variant {name!r}: graph[:m=M,ef=EF], plain, graph-int8 or plain-int8")
-    out = {"m": HNSW_M if kind.startswith("graph") else 0, "ef": EF_CONSTRUCT, "int8": kind.endswith("int8")}
+        raise SystemExit(f"unknown variant {name!r}: graph[:m=M,ef=EF,threads=T], plain, graph-int8 or plain-int8")
+    out = {"m": HNSW_M if kind.startswith("graph") else 0, "ef": EF_CONSTRUCT, "threads": 0, "int8": kind.endswith("int8")}
     for opt in filter(None, opts.split(",")):
         key, _, value = opt.partition("=")
-        if key not in ("m", "ef") or not value.isdigit():
-            raise SystemExit(f"bad option {opt!r} in {name!r}: m=N or ef=N")
+        if key not in ("m", "ef", "threads") or not value.isdigit():
+            raise SystemExit(f"bad option {opt!r} in {name!r}: m=N, ef=N or threads=N")
         out[key] = int(value)
     return out
 
 
-def build(vectors: Any, path: Path, m: int, ef: int, int8: bool) -> tuple[Any, float, float]:
+def build(vectors: Any, path: Path, m: int, ef: int, threads: int, int8: bool) -> tuple[Any, float, float]:
     """A shard of `vectors` written as the store writes; (shard, build wall, build CPU) of its optimizes."""
     from qdrant_edge import (
         Distance,
@@ -99,7 +99,7 @@ def build(vectors: Any, path: Path, m: int, ef: int, int8: bool) -> tuple[Any, f
     dense = EdgeVectorParams(size=vectors.shape[1], distance=Distance.Cosine, memory=Memory.Cold, quantization_config=quant)
     config = EdgeConfig(vectors={"dense": dense}, optimizers=edge._optimizers(), wal_enabled=False,
                         hnsw_config=HnswIndexConfig(m=m, ef_construct=ef, full_scan_threshold=FULL_SCAN_KB,
-                                                    memory=Memory.Cached))
+                                                    max_indexing_threads=threads, memory=Memory.Cached))
     shard = EdgeShard.create(str(path), config)
     shard.update(UpdateOperation.create_field_index("_keys", KeywordIndexParams(memory=Memory.Cached)))
     segment = edge.SEGMENT_KB * 1024 // (4 * vectors.shape[1])
@@ -164,7 +164,7 @@ def main() -> None:
     ap.add_argument("--home", help="a MOONMIND_HOME whose embedded store holds the vectors (no index run)")
     ap.add_argument("--builds", type=int, default=3, help="builds per variant (default 3)")
     ap.add_argument("--queries", type=int, default=300, help="queries near stored chunks per build (default 300)")
-    ap.add_argument("--variant", action="append", help="graph[:m=M,ef=EF], plain, graph-int8, plain-int8 (default: graph, plain)")
+    ap.add_argument("--variant", action="append", help="graph[:m=M,ef=EF,threads=T], plain, graph-int8, plain-int8 (default: graph, plain)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     import numpy as np
@@ -195,7 +195,7 @@ def main() -> None:
             walls, cpus, lat, recall = [], [], [], []
             for b in range(args.builds):
                 path = scratch / f"shard-{b}"
-                shard, wall, cpu = build(vectors, path, s["m"], s["ef"], s["int8"])
+                shard, wall, cpu = build(vectors, path, s["m"], s["ef"], s["threads"], s["int8"])
                 search(shard, queries[:8], CANDIDATE_POOL, s["int8"])  # page cache warm
                 found, ms = search(shard, queries, CANDIDATE_POOL, s["int8"])
                 shard.close()
