@@ -19,11 +19,9 @@ over many builds.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,11 +52,10 @@ def vectors_of(home: Path) -> Any:
 
 
 def index_once(source: Path, home: Path) -> None:
-    from .owner import MOONMIND
+    from .owner import MOONMIND, env_for
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MOONMIND_", "QDRANT_"))}
-    env.update(MOONMIND_HOME=str(home), MOONMIND_OWNER="off")
-    r = subprocess.run([MOONMIND, "rag", "index", str(source), "--repo", "bench"], env=env, capture_output=True, text=True)
+    r = subprocess.run([MOONMIND, "rag", "index", str(source), "--repo", "bench"], env=env_for(home), capture_output=True,
+                       text=True)
     if r.returncode != 0:
         raise SystemExit(f"rag index failed ({r.returncode}): {r.stderr[-2000:]}")
 
@@ -197,20 +194,20 @@ def main() -> None:
               f"chunks, {len(queries) - near} questions) a build; top {CANDIDATE_POOL}; {args.builds} builds a variant")
         print("| variant | build wall (s) | build CPU (s) | search p50 / p95 (ms) | recall mean | worst | below 0.5 |")
         print("|---|---|---|---|---|---|---|")
-        for name, s in settings.items():
+        for name, cfg in settings.items():
             walls, cpus, lat, recall = [], [], [], []
             for b in range(args.builds):
                 path = scratch / f"shard-{b}"
-                shard, wall, cpu = build(vectors, path, s["m"], s["ef"], s["threads"], s["int8"])
-                search(shard, queries[:8], CANDIDATE_POOL, s["int8"])  # page cache warm
-                found, ms = search(shard, queries, CANDIDATE_POOL, s["int8"])
+                shard, wall, cpu = build(vectors, path, cfg["m"], cfg["ef"], cfg["threads"], cfg["int8"])
+                search(shard, queries[:8], CANDIDATE_POOL, cfg["int8"])  # page cache warm
+                found, ms = search(shard, queries, CANDIDATE_POOL, cfg["int8"])
                 shard.close()
                 shutil.rmtree(path)
                 walls.append(wall)
                 cpus.append(cpu)
                 lat += ms
-                recall += [sum(1 for i in got if s[i] >= k - TIE) / min(CANDIDATE_POOL, len(s))
-                           for s, k, got in zip(scores, kth, found)]
+                recall += [sum(1 for i in got if row[i] >= k - TIE) / min(CANDIDATE_POOL, len(row))
+                           for row, k, got in zip(scores, kth, found)]
             lat.sort()
             print(f"| {name} | {statistics.median(walls):.2f} ({min(walls):.2f}–{max(walls):.2f}) | "
                   f"{statistics.median(cpus):.2f} | {lat[len(lat) // 2]:.2f} / {lat[int(len(lat) * 0.95)]:.2f} | "
@@ -220,4 +217,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

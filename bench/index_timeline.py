@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from .measure import _rss_kb, _tree
-from .owner import MOONMIND, django_source
+from .owner import MOONMIND, django_source, env_for
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -38,40 +38,49 @@ def cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def is_worker(pid: int) -> bool:
+    """An index worker (spawned by multiprocessing), not the resource tracker that starts with them."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"spawn_main" in f.read()
+    except OSError:
+        return False
+
+
 def timeline(source: Path, every_s: float) -> tuple[list[dict], float]:
     """Rows of (t, writer cores, worker cores, workers alive, summed RSS MiB), and the run's wall."""
-    home = tempfile.mkdtemp(prefix="moonmind-index-timeline-")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MOONMIND_", "QDRANT_"))}
-    env.update(MOONMIND_HOME=home, MOONMIND_OWNER="off")
+    home = Path(tempfile.mkdtemp(prefix="moonmind-index-timeline-"))
     rows: list[dict] = []
     seen: dict[int, float] = {}
     try:
-        start = time.perf_counter()
-        p = subprocess.Popen([MOONMIND, "rag", "index", str(source), "--repo", "bench"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        last = start
-        while p.poll() is None:
-            time.sleep(every_s)
-            now = time.perf_counter()
-            writer = workers = 0.0
-            alive = 0
-            tree = _tree(p.pid)
-            for pid in tree:
-                used = cpu_s(pid)
-                if used is None:
-                    continue
-                delta, seen[pid] = used - seen.get(pid, 0.0), used
-                if pid == p.pid:
-                    writer += delta
-                else:
-                    workers += delta
-                    alive += 1
-            span = now - last
-            last = now
-            rows.append({"t": now - start, "writer": writer / span, "workers": workers / span, "alive": alive,
-                         "rss_mib": sum(_rss_kb(pid) for pid in tree) / 1024})
-        wall = time.perf_counter() - start
-        err = p.stderr.read() if p.stderr else ""
+        # stderr to a file, not a pipe: the run's progress lines would fill a pipe nobody reads until the end
+        with (home / "stderr").open("w+") as err_file:
+            start = time.perf_counter()
+            p = subprocess.Popen([MOONMIND, "rag", "index", str(source), "--repo", "bench"], env=env_for(home / "home"),
+                                 stdout=subprocess.DEVNULL, stderr=err_file, text=True)
+            last = start
+            while p.poll() is None:
+                time.sleep(every_s)
+                now = time.perf_counter()
+                writer = workers = 0.0
+                alive = 0
+                tree = _tree(p.pid)
+                for pid in tree:
+                    used = cpu_s(pid)
+                    if used is None:
+                        continue
+                    delta, seen[pid] = used - seen.get(pid, 0.0), used
+                    if pid == p.pid:
+                        writer += delta
+                    else:  # a worker, or multiprocessing's resource tracker beside them (it uses next to no CPU)
+                        workers += delta
+                        alive += is_worker(pid)
+                span, last = now - last, now
+                rows.append({"t": now - start, "writer": writer / span, "workers": workers / span, "alive": alive,
+                             "rss_mib": sum(_rss_kb(pid) for pid in tree) / 1024})
+            wall = time.perf_counter() - start
+            err_file.seek(0)
+            err = err_file.read()
         if p.returncode != 0:
             raise SystemExit(f"rag index failed ({p.returncode}): {err[-2000:]}")
     finally:
@@ -82,9 +91,8 @@ def timeline(source: Path, every_s: float) -> tuple[list[dict], float]:
 def summary(rows: list[dict], wall: float) -> list[str]:
     """The run's cores used with workers alive and without (builds, start, end), and their seconds."""
     out = []
-    # the resource tracker is the one child that lives through a build: a worker is a child using CPU or more than one
-    working = [r for r in rows if r["alive"] > 1]
-    alone = [r for r in rows if r["alive"] <= 1]
+    working = [r for r in rows if r["alive"]]
+    alone = [r for r in rows if not r["alive"]]
     for name, part in (("with workers", working), ("writer alone (builds, start, end)", alone)):
         if part:
             cores = statistics.fmean(r["writer"] + r["workers"] for r in part)
