@@ -407,7 +407,7 @@ def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segme
     monkeypatch.setattr(edge, "INDEXING_KB", 1)
     reloads = []
     reload = EdgeStore._reload
-    monkeypatch.setattr(EdgeStore, "_reload", lambda self: (reloads.append(self._unindexed), reload(self)))
+    monkeypatch.setattr(EdgeStore, "_reload", lambda self, *graph: (reloads.append(self._unindexed), reload(self, *graph)))
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(400, DIMS)).astype(np.float32)
     store = EdgeStore(tmp_path / "edge", "test_coll")
@@ -430,26 +430,51 @@ def test_a_write_larger_than_a_segment_is_optimized_as_it_goes_into_capped_segme
     assert config["optimizers"]["max_segment_size"] == 2  # the cap is the shard's own, kept by every later open
 
 
-def test_a_new_embedded_store_builds_its_graph_with_the_narrower_construction_beam(tmp_path):
-    """New shards record `edge_shard.EF_CONSTRUCT` (64, not the engine's 100: the writer's largest CPU cost, the
-    same packs on Django); the engine's own record of the shard says so, and a later open keeps it."""
-    from moonmind_worker.store import edge_shard
+def _segment_links(shard) -> list[int]:
+    """The graph's links per point (m) of each built segment of a shard: 0 is a segment scanned whole."""
+    return sorted(json.loads(p.read_text())["m"] for p in (shard / "segments").glob("*/vector_index-dense/hnsw_config.json"))
+
+
+def test_a_new_embedded_store_is_scanned_whole_until_it_grows_to_take_the_graph(tmp_path, monkeypatch):
+    """Below `edge_shard.GRAPH_FROM_POINTS` a new store's segments are built without a graph (exact search); the
+    optimize after it reaches that size gives the shard the graph (m 16, beam 64), rebuilds every segment with it,
+    and records it in meta.json; searches find the same before and after. Scaled down: 64 points a segment."""
+    from moonmind_worker.store import edge, edge_shard
+
+    monkeypatch.setattr(edge, "SEGMENT_KB", 1)  # 1 KB of 4-d float32 vectors = 64 points
+    monkeypatch.setattr(edge, "INDEXING_KB", 1)
+    monkeypatch.setattr(edge_shard, "GRAPH_FROM_POINTS", 150)
+    shard = tmp_path / "edge" / "test_coll" / "shard"
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(200, DIMS)).astype(np.float32)
+
+    def write(store, numbers) -> None:
+        store.upsert([PointIn(id=_id(n), dense=vectors[n], sparse=SparseVec([n + 1], [1.0]),
+                              payload={"repo": "a", "tenant": "t1", "n": n}) for n in numbers])
+        store.optimize()
+
+    def nearest(store, n: int) -> int:
+        return store.search([SearchSpec(where=Where(must=(Match("repo", "a"),)), limit=1, dense=vectors[n])])[0][0].payload["n"]
 
     store = EdgeStore(tmp_path / "edge", "test_coll")
     try:
         store.create(DIMS, "test-model", 1)
-        store.upsert(_points())
-        store.optimize()
+        write(store, range(140))
+        assert _segment_links(shard) and set(_segment_links(shard)) == {0}
+        assert store.info().extra["dense_search"] == "exact"
+        assert [nearest(store, n) for n in (0, 70, 139)] == [0, 70, 139]
+        write(store, range(140, 200))
     finally:
         store.close()
-    again = EdgeStore(tmp_path / "edge", "test_coll")  # loaded with this version's settings given again
+    assert set(_segment_links(shard)) == {16}
+    config = json.loads((shard / "edge_config.json").read_text())["hnsw_config"]
+    assert (config["m"], config["ef_construct"]) == (16, edge_shard.EF_CONSTRUCT) == (16, 64)
+    again = EdgeStore(tmp_path / "edge", "test_coll")  # a later open keeps the graph
     try:
-        assert again.count() == len(_points())
+        assert again.info().extra["dense_search"] == "graph"
+        assert [nearest(again, n) for n in (0, 70, 139, 199)] == [0, 70, 139, 199]
     finally:
         again.close()
-    config = json.loads((tmp_path / "edge" / "test_coll" / "shard" / "edge_config.json").read_text())
-    assert config["hnsw_config"]["ef_construct"] == edge_shard.EF_CONSTRUCT == 64
-    assert config["hnsw_config"]["m"] == 16
 
 
 @pytest.mark.slow  # builds a graph over ~1,800 embedded chunks: about a second
@@ -461,6 +486,7 @@ def test_a_dense_search_through_the_graph_finds_what_an_exact_search_finds(tmp_p
     from moonmind_worker.store import edge, edge_shard
 
     monkeypatch.setattr(edge, "INDEXING_KB", 1)  # a graph for this small store
+    monkeypatch.setattr(edge_shard, "GRAPH_FROM_POINTS", 1)
     monkeypatch.setattr(edge_shard, "FULL_SCAN_KB", 1)  # and searched through it, not scanned whole
     package = Path(edge.__file__).resolve().parent.parent
     texts = []
@@ -620,6 +646,67 @@ def test_second_process_on_a_busy_local_mode_path_gets_store_busy(cli, repo, tmp
         assert r.error()["code"] == "store_busy"
     finally:
         holder.close()
+
+
+def _one_repository(store, numbers=range(3)) -> None:
+    """Points of repository "a", tenant "t1", canonical: every filter condition on them holds for all."""
+    store.upsert([PointIn(id=_id(n), dense=_vec(1, n, 0, 0), sparse=SparseVec([1], [1.0]),
+                          payload={"repo": "a", "tenant": "t1", "trust_class": "canonical", "n": n}) for n in numbers])
+
+
+CANONICAL_A = Where(must=(Match("trust_class", "canonical"), Match("repo", "a")))
+
+
+def test_a_condition_every_point_held_still_filters_once_a_write_breaks_it(store):
+    """A warm store may skip checking a condition all its points hold (edge_census.py), never one a write has
+    since made false: a chunk of another repository, or an overlay, written after a search stays out of it."""
+    store.create(DIMS, "test-model", 1)
+    _one_repository(store)
+    assert sorted(_ns(store.search([_dense(CANONICAL_A)])[0])) == [0, 1, 2]
+    store.upsert([PointIn(id=_id(7), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]),
+                          payload={"repo": "b", "tenant": "t1", "trust_class": "canonical", "n": 7})])
+    store.upsert([PointIn(id=_id(8), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]),
+                          payload={"repo": "a", "tenant": "t1", "trust_class": "workspace_overlay", "n": 8})])
+    assert sorted(_ns(store.search([_dense(CANONICAL_A)])[0])) == [0, 1, 2]
+    assert sorted(_ns(store.search([_dense(Where(must=(Match("repo", "b"),)))])[0])) == [7]
+
+
+def test_a_condition_a_delete_made_true_filters_again_after_the_next_write(store):
+    """Deleting the only other repository's chunks makes "repo a" hold everywhere; a later write of another
+    repository's chunk (by id over one of a's, too) must still be filtered out."""
+    store.create(DIMS, "test-model", 1)
+    _one_repository(store)
+    store.upsert([PointIn(id=_id(7), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]),
+                          payload={"repo": "b", "tenant": "t1", "trust_class": "canonical", "n": 7})])
+    store.delete(Where(must=(Match("repo", "b"),)))
+    assert sorted(_ns(store.search([_dense(CANONICAL_A)])[0])) == [0, 1, 2]
+    store.upsert([PointIn(id=_id(1), dense=_vec(1, 1, 0, 0), sparse=SparseVec([1], [1.0]),
+                          payload={"repo": "b", "tenant": "t1", "trust_class": "canonical", "n": 1})])
+    assert sorted(_ns(store.search([_dense(CANONICAL_A)])[0])) == [0, 2]
+    store.delete_ids([_id(1)])
+    assert sorted(_ns(store.search([_dense(CANONICAL_A)])[0])) == [0, 2]
+
+
+def test_the_census_drops_only_text_matches_every_point_of_the_loaded_shard_holds(tmp_path):
+    """What the embedded store leaves out of the engine's filter: matches all points hold; not a match some
+    point fails, not a Range (an overlay's expiry holds now, not later), not a nested filter."""
+    from moonmind_worker.store.edge_census import Census
+    from moonmind_worker.store.edge_payloads import keyed_where
+
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        _one_repository(store)
+        store.upsert([PointIn(id=_id(9), dense=_vec(1, 0, 0, 0), sparse=SparseVec([1], [1.0]),
+                              payload={"repo": "a", "tenant": "t2", "trust_class": "canonical", "n": 9})])
+        nested = Where(should=(Match("repo", "a"),))
+        where = keyed_where(Where(must=(Match("repo", "a"), MatchAny("trust_class", ("canonical",)), Match("tenant", "t1"),
+                                        Range("n", gte=0), nested), must_not=(Match("repo", "b"),)))
+        trimmed = Census().trimmed(store._open(), where)
+        assert trimmed.must == (where.must[2], where.must[3], where.must[4])  # tenant t1 (one point is t2), the range, the nested
+        assert trimmed.must_not == where.must_not
+    finally:
+        store.close()
 
 
 def test_search_returns_only_the_requested_payload_fields(filled):

@@ -36,8 +36,9 @@ from .base import (
     _refuse_if_expired,
     _rescorings,
 )
+from .edge_census import Census
 from .edge_directory import EdgeDirectory
-from .edge_disk import BATCH_FACTOR, CREATE_BYTES
+from .edge_disk import BATCH_FACTOR, CREATE_BYTES, batch_bytes
 from .edge_file_tables import FILE_TABLES
 from .edge_query import _edge_filter, _point_key, branch_request, rescoring_request, rows
 from .edge_term_tables import TERM_TABLES
@@ -95,6 +96,7 @@ class EdgeStore:
         self._cache: dict[tuple[str, ...] | None, OrderedDict] = {}  # see _payloads
         self._cache_lock = threading.Lock()
         self._generation = 0
+        self._census = Census()  # filter conditions every point holds (edge_census.py); cleared by writes, loads
         self._pinned = False  # held for good by an owner serving the box (see hold, release)
         # one engine call at a time per process: a sync's alias switch closes the shard that a
         # search on another thread of the owner would otherwise still be reading; the binding
@@ -131,6 +133,7 @@ class EdgeStore:
     def _forget_cached(self) -> None:
         """Drop what this process remembers of the store (metadata, alias, payloads): it may change now."""
         self._files.forget()
+        self._census.clear()
         with self._cache_lock:
             self._cache.clear()
             self._generation += 1
@@ -165,7 +168,8 @@ class EdgeStore:
         self._wal = WAL_ON_CREATE
         self._write_meta(
             {"dimensions": dimensions, "model": model, "schema_version": schema_version, "created_at": time.time(),
-             LEXICAL_FORMAT_KEY: LEXICAL_FORMAT, **({edge_payloads.LAYOUT_KEY: edge_payloads.KEYED_LAYOUT} if keyed else {})}
+             LEXICAL_FORMAT_KEY: LEXICAL_FORMAT, edge_shard.DENSE_KEY: edge_shard.EXACT,
+             **({edge_payloads.LAYOUT_KEY: edge_payloads.KEYED_LAYOUT} if keyed else {})}
         )
 
     def _keyed(self) -> bool:
@@ -193,7 +197,7 @@ class EdgeStore:
             return
         self._open()
         doing = f"writing {len(points)} chunks"
-        self._room(BATCH_FACTOR * _batch_bytes(points), doing)
+        self._room(BATCH_FACTOR * batch_bytes(points), doing)
         keyed = self._keyed()
         op = UpdateOperation.upsert_points(
             [
@@ -208,13 +212,10 @@ class EdgeStore:
                 for p in points
             ]
         )
-        self._dirty = True
         self._written += len(points)
         self._unindexed += len(points)
         self._invalidate([p.id for p in points])
-        with self._engine, self._no_room(doing):
-            self._open().update(op)
-            self._durable()
+        self._apply(op, doing)
         if self._unindexed >= self._segment_points():
             # Why here: every write lands in the one appendable segment, which only an optimize
             # closes (indexed) and replaces; so a run that writes more than a segment's worth
@@ -239,10 +240,7 @@ class EdgeStore:
         self._invalidate()  # deleted points are never returned again; a re-upsert drops its entry
         self._open()
         self._room(0, "deleting chunks")  # a delete marks flags in mapped files too
-        with self._engine, self._no_room("deleting chunks"):
-            self._open().update(UpdateOperation.delete_points_by_filter(_edge_filter(self._stored(where))))
-            self._dirty = True
-            self._durable()
+        self._apply(UpdateOperation.delete_points_by_filter(_edge_filter(self._stored(where))), "deleting chunks")
 
     def delete_ids(self, ids: Sequence[str]) -> None:
         from qdrant_edge import UpdateOperation
@@ -251,10 +249,15 @@ class EdgeStore:
             self._invalidate(ids)
             self._open()
             self._room(0, "deleting chunks")
-            with self._engine, self._no_room("deleting chunks"):
-                self._open().update(UpdateOperation.delete_points(list(ids)))
-                self._dirty = True
-                self._durable()
+            self._apply(UpdateOperation.delete_points(list(ids)), "deleting chunks")
+
+    def _apply(self, op: Any, doing: str) -> None:
+        """One write, durable before it returns; what the census knew of the points is forgotten in the same hold."""
+        with self._engine, self._no_room(doing):
+            self._dirty = True
+            self._open().update(op)
+            self._census.clear()
+            self._durable()
 
     def _durable(self) -> None:
         """A shard without a write-ahead log keeps a write only once flushed: flush before it returns.
@@ -279,13 +282,14 @@ class EdgeStore:
 
         _refuse_if_expired(deadline)
         self._open()  # a missing collection fails here, before the requests are built
-        keyed = self._keyed()
-        requests = [branch_request(replace(s, where=edge_payloads.keyed_where(s.where)) if keyed else s) for s in specs]
+        stored = [edge_payloads.keyed_where(s.where) for s in specs] if self._keyed() else [s.where for s in specs]
         points_of: dict[Any, Any] = {}  # id key -> the engine's id (see edge_query.rows)
         rescoring: list[tuple[int, str]] = []  # (spec, Hit field) of each rescoring request, in order
         again: list[Any] = []
-        with self._engine:  # one hold: no write lands between a branch and its rescoring
-            results = rows(self._open().query_batch(QueryBatchRequest(requests)), points_of)
+        with self._engine:  # one hold: no write lands between the census, a branch and its rescoring
+            shard = self._open()
+            requests = [branch_request(replace(s, where=self._census.trimmed(shard, w))) for s, w in zip(specs, stored)]
+            results = rows(shard.query_batch(QueryBatchRequest(requests)), points_of)
             for i, s in enumerate(specs):
                 found = {points_of[k] for k, _ in results[i]}
                 for score_field, dense, sparse in _rescorings(s) if found else ():  # the same candidates, by id
@@ -400,20 +404,18 @@ class EdgeStore:
         edge_file_tables.write(self.data_dir / FILE_TABLES, key, table, self.dir)
 
     def optimize(self) -> None:
-        """Merge segments and build the HNSW index, in this process, before the shard is searched.
+        """Build the written segments (their indexes; the graph once due: edge_shard.graph_due), in this process, before a search.
 
-        Why after every index run: a freshly written shard is one appendable segment that each
-        query scans whole; once built, the query branches take a fraction of that time and the
-        shard opens faster (BENCHMARKS.md, "The HNSW graph"). Small shards (below the engine's
-        indexing threshold) are only merged, which is quick. Asking
-        again costs nothing when there is nothing to do, so a store written by an older version
-        is optimized by its next index run even when no file changed.
+        Why after every index run: a built segment opens and is searched faster than the appendable one
+        (BENCHMARKS.md, "The HNSW graph"). Asking again costs nothing when there is nothing to do, so a
+        store written by an older version is optimized by its next index run even when no file changed.
         """
-        if self._written >= RELOAD_BEFORE_OPTIMIZE:
+        graph = edge_shard.graph_due(self._files.read_meta(), self._points)
+        if graph or self._written >= RELOAD_BEFORE_OPTIMIZE:
             # Why: a shard that took many writes in this process holds their working memory (its
             # appendable segment's growth) until it is closed, and the build adds its own on top;
             # loading it again from disk first is quick and cuts the peak
-            self._reload()
+            self._reload(graph)
         self._unindexed = 0
         self._add_missing_indexes()
         with self._engine:
@@ -449,11 +451,14 @@ class EdgeStore:
         while self._optimizing:
             self._optimized.wait()
 
-    def _reload(self) -> None:
-        """Close the shard and load it again from disk: what it held in memory for this process's writes is gone."""
+    def _reload(self, graph: bool = False) -> None:
+        """Close the shard and load it again from disk: what it held in memory for this process's writes is gone.
+
+        `graph`: with the graph from now on (recorded by the engine, then in meta.json; the next optimize builds it).
+        """
         from ..heap import give_back_heap
 
-        config = edge_shard.given_again(_dense(self._dimensions()), _optimizers())
+        config = edge_shard.given_again(_dense(self._dimensions()), _optimizers(), graph)
         with self._engine:  # one hold: a search on another thread never opens the shard in between
             self._shard_idle()
             self._shard.flush()
@@ -462,10 +467,13 @@ class EdgeStore:
             self._written = 0
             give_back_heap()  # what the closed shard freed, and the run before it, before the build needs more
             self._load(config)
+        if graph:
+            self.set_metadata(**{edge_shard.DENSE_KEY: edge_shard.GRAPH})
 
     def _load(self, config: Any = None) -> None:
         """Load the shard from disk, noting whether it logs its writes ahead (see WAL_ON_CREATE)."""
         self._shard, self._wal = edge_shard.load(self.data_dir / "shard", self.dir, config)
+        self._census.clear()
 
     def _room(self, need: int, doing: str) -> None:
         """Refuse (`disk_full`) a write that may take more than the store's filesystem has free (edge_disk.py)."""
@@ -584,15 +592,6 @@ def _optimizers():
     from qdrant_edge import EdgeOptimizersConfig
 
     return EdgeOptimizersConfig(max_segment_size=SEGMENT_KB, indexing_threshold=INDEXING_KB)
-
-
-def _batch_bytes(points: Sequence[PointIn]) -> int:
-    """A batch's own bytes: dense and sparse vectors, payload text, and a little per point for the rest."""
-    n = 0
-    for p in points:
-        n += 4 * len(p.dense) + 8 * len(p.sparse.indices) + 256
-        n += sum(len(v) for v in p.payload.values() if isinstance(v, str))
-    return n
 
 
 def _dense_of(vector: Any) -> Any:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from ..errors import disk_full, disk_full_from, free_bytes
+from .base import PointIn
 
 #: Room every write leaves free beyond its own estimate: the engine grows files by whole pages and
 #: rewrites small ones (its config, segment versions) as it goes.
@@ -107,3 +108,12 @@ def _holes(root: Path, under: str) -> int:
             if st.st_size >= MAPPED_MIN:
                 total += max(st.st_size - st.st_blocks * 512, 0)
     return total
+
+
+def batch_bytes(points: Sequence[PointIn]) -> int:
+    """A batch's own bytes: dense and sparse vectors, payload text, and a little per point for the rest."""
+    n = 0
+    for p in points:
+        n += 4 * len(p.dense) + 8 * len(p.sparse.indices) + 256
+        n += sum(len(v) for v in p.payload.values() if isinstance(v, str))
+    return n

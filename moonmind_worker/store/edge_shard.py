@@ -7,7 +7,7 @@ arguments: they are edge.py's, where a test swaps them for an older version's to
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .base import DENSE, SPARSE
 from .edge_disk import no_room, room_to_open
@@ -20,12 +20,23 @@ from .edge_disk import no_room, room_to_open
 EF_CONSTRUCT = 64
 #: Links per point in the graph (the engine's default): `python -m bench.dense_graph` compares others.
 HNSW_M = 16
+#: A shard holding fewer points than this gets no graph (links 0): every dense search scans its vectors
+#: whole. Why: exact (recall 1, and the same results whatever thread built what), and the graph was
+#: the largest share of a cold index's writer; with the filter conditions every point holds dropped
+#: (edge_census.py) a whole scan of Django's 30,859 chunks costs ~0.5 ms a dense request more than the
+#: graph. From this size on the scan grows past that, and the shard takes the graph (edge.optimize).
+#: Figures: BENCHMARKS.md ("The HNSW graph").
+GRAPH_FROM_POINTS = 50_000
+#: meta.json's record of a store created without the graph ("exact") until it took it ("graph"); a store
+#: made before has none and keeps the graph it was created with.
+DENSE_KEY, EXACT, GRAPH = "dense_search", "exact", "graph"
 #: Segments with less than this many KB of dense vectors are searched whole, graph or not (the engine's default).
 FULL_SCAN_KB = 10_000
 
 
 def create(path: Path, dense: Any, optimizers: Any, wal: bool, indexes: Sequence[tuple[str, Any]]) -> Any:
-    """A new shard at `path` with these dense vectors, optimizers and payload indexes (name, parameters), flushed.
+    """A new shard at `path` with these dense vectors, optimizers and payload indexes (name, parameters), flushed;
+    without a graph (see GRAPH_FROM_POINTS).
 
     Why Cached for the graph, the sparse index and the payload indexes (the engine's defaults pin
     them in RAM): pinned, every open copies them onto the heap (the sparse index, and a map per
@@ -34,14 +45,14 @@ def create(path: Path, dense: Any, optimizers: Any, wal: bool, indexes: Sequence
     results), warmed into the page cache instead of copied. Not Cold: that evicts the files
     from the page cache on every open, and the first query then reads them from disk.
     """
-    from qdrant_edge import EdgeConfig, EdgeShard, EdgeSparseVectorParams, HnswIndexConfig, Memory
+    from qdrant_edge import EdgeConfig, EdgeShard, EdgeSparseVectorParams, Memory
 
     cached = Memory.Cached
     config = EdgeConfig(
         vectors={DENSE: dense},
         # no IDF modifier: the engine's would count every repository in the shard (see lexstats)
         sparse_vectors={SPARSE: EdgeSparseVectorParams(memory=cached)},
-        hnsw_config=HnswIndexConfig(m=HNSW_M, ef_construct=EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB, memory=cached),
+        hnsw_config=_hnsw(graph=False),
         optimizers=optimizers,
         wal_enabled=None if wal else False,
     )
@@ -59,15 +70,29 @@ def add_indexes(shard: Any, indexes: Sequence[tuple[str, Any]]) -> None:
         shard.update(UpdateOperation.create_field_index(name, params))
 
 
-def given_again(dense: Any, optimizers: Any) -> Any:
-    """The settings a shard is loaded with again (`load`'s config): the segment cap and the dense vectors' placement.
+def _hnsw(graph: bool) -> Any:
+    from qdrant_edge import HnswIndexConfig, Memory
+
+    return HnswIndexConfig(m=HNSW_M if graph else 0, ef_construct=EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB,
+                           memory=Memory.Cached)
+
+
+def graph_due(meta: dict[str, Any] | None, points: Callable[[], int]) -> bool:
+    """Whether a store created without the graph (its `meta`) has grown to take it (`points`: how many it holds)."""
+    return (meta or {}).get(DENSE_KEY) == EXACT and points() >= GRAPH_FROM_POINTS
+
+
+def given_again(dense: Any, optimizers: Any, graph: bool = False) -> Any:
+    """The settings a shard is loaded with again (`load`'s config): the segment cap and the dense vectors' placement,
+    and the graph when it is due (see GRAPH_FROM_POINTS).
 
     A store created before them takes them then (the engine records them), before the optimize they
-    bound; the shard's other settings stay its own.
+    bound; the shard's other settings stay its own. Given the graph, the next optimize rebuilds every
+    segment built without one (the engine compares each segment's settings with the shard's).
     """
     from qdrant_edge import EdgeConfig
 
-    return EdgeConfig(vectors={DENSE: dense}, optimizers=optimizers)
+    return EdgeConfig(vectors={DENSE: dense}, optimizers=optimizers, hnsw_config=_hnsw(True) if graph else None)
 
 
 def load(path: Path, where: Path, config: Any = None) -> tuple[Any, bool]:
