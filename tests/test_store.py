@@ -477,6 +477,31 @@ def test_a_new_embedded_store_is_scanned_whole_until_it_grows_to_take_the_graph(
         again.close()
 
 
+def test_a_store_made_with_the_graph_before_keeps_it_however_small(tmp_path, monkeypatch):
+    """A store an older version created (the graph from its creation, no `dense_search` in meta.json) is not
+    rebuilt without it: its next optimize builds its segments with the graph, as before."""
+    from moonmind_worker.store import edge, edge_shard
+
+    monkeypatch.setattr(edge, "INDEXING_KB", 1)
+    hnsw = edge_shard._hnsw
+    monkeypatch.setattr(edge_shard, "_hnsw", lambda graph: hnsw(True))  # what older versions created
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        meta = store.info().extra
+        meta.pop("dense_search")
+        store._write_meta(meta)
+        monkeypatch.setattr(edge_shard, "_hnsw", hnsw)
+        rng = np.random.default_rng(4)
+        store.upsert([PointIn(id=_id(n), dense=rng.normal(size=DIMS).astype(np.float32), sparse=SparseVec([1], [1.0]),
+                              payload={"n": n}) for n in range(100)])
+        store.optimize()
+        assert "dense_search" not in store.info().extra
+    finally:
+        store.close()
+    assert set(_segment_links(tmp_path / "edge" / "test_coll" / "shard")) == {16}
+
+
 @pytest.mark.slow  # builds a graph over ~1,800 embedded chunks: about a second
 def test_a_dense_search_through_the_graph_finds_what_an_exact_search_finds(tmp_path, monkeypatch):
     """The shipped graph (m 16, built with a beam of 64) searched with `DENSE_SEARCH_BEAM` returns the top 80
@@ -690,6 +715,7 @@ def test_a_condition_a_delete_made_true_filters_again_after_the_next_write(store
 def test_the_census_drops_only_text_matches_every_point_of_the_loaded_shard_holds(tmp_path):
     """What the embedded store leaves out of the engine's filter: matches all points hold; not a match some
     point fails, not a Range (an overlay's expiry holds now, not later), not a nested filter."""
+    from moonmind_worker.store import edge_census
     from moonmind_worker.store.edge_census import Census
     from moonmind_worker.store.edge_payloads import keyed_where
 
@@ -702,9 +728,13 @@ def test_the_census_drops_only_text_matches_every_point_of_the_loaded_shard_hold
         nested = Where(should=(Match("repo", "a"),))
         where = keyed_where(Where(must=(Match("repo", "a"), MatchAny("trust_class", ("canonical",)), Match("tenant", "t1"),
                                         Range("n", gte=0), nested), must_not=(Match("repo", "b"),)))
-        trimmed = Census().trimmed(store._open(), where)
+        census = Census()
+        trimmed = census.trimmed(store._open(), where)
         assert trimmed.must == (where.must[2], where.must[3], where.must[4])  # tenant t1 (one point is t2), the range, the nested
         assert trimmed.must_not == where.must_not
+        for n in range(edge_census.MAX_KNOWN + 10):  # a warm owner's searches on many paths: what it keeps stays bounded
+            census.trimmed(store._open(), keyed_where(Where(must=(Match("path", f"p{n}.py"),))))
+        assert 0 < len(census._known) <= edge_census.MAX_KNOWN
     finally:
         store.close()
 

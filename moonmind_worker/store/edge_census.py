@@ -19,6 +19,10 @@ from typing import Any
 from .base import Match, MatchAny, Where
 from .edge_query import _edge_filter
 
+#: Conditions kept at most (then forgotten): a warm owner that takes no write would otherwise keep one per
+#: path or run a search ever filtered on.
+MAX_KNOWN = 4096
+
 
 class Census:
     """What this process has counted of the loaded shard: condition -> holds for every point."""
@@ -46,6 +50,8 @@ class Census:
             return False
         known = self._known.get(condition)
         if known is None:
+            if len(self._known) >= MAX_KNOWN:
+                self._known = {}
             known = self._known[condition] = _holds_for_all(shard, condition, self._total(shard))
         return known
 
