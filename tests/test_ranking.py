@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from moonmind_worker.retrieval.ranking import (
     Candidate,
+    cut_ties,
     defines_in_text,
     is_code,
     is_prose,
@@ -11,6 +12,7 @@ from moonmind_worker.retrieval.ranking import (
     path_match,
     score,
 )
+from moonmind_worker.store import Hit
 
 
 def cand(path: str, text: str, cosine: float, bm25: float, offset: int = 0, title: str = "") -> Candidate:
@@ -217,3 +219,25 @@ def test_a_flow_declaration_file_counts_like_a_type_stub():
         cand("src/plugins/patches.ts", "function applyPatches_(draft: any, patches: Patch[]) {\n  patches.forEach(", 0.56, 5.5),
     ])
     assert ranked[0].payload["path"] == "src/plugins/patches.ts"
+
+
+def _hit(n: int, score: float) -> Hit:
+    return Hit(id=f"id-{n:03d}", score=score, payload={})
+
+
+def test_a_tie_at_the_pools_edge_is_cut_by_id_not_by_the_engines_order():
+    """Two builds of one tree lay equal scores out in different engine orders; the pool keeps the same ones."""
+    hits = [_hit(n, 1.0 - n / 100) for n in range(6)] + [_hit(n, 0.5) for n in (9, 7, 8, 6)]
+    first = cut_ties(hits, 8, asked=12)
+    again = cut_ties(list(reversed(hits)), 8, asked=12)
+    assert [h.id for h in first] == [h.id for h in again]
+    assert [h.id for h in first][6:] == ["id-006", "id-007"]
+
+
+def test_a_tie_that_may_run_past_the_hits_returned_is_left_out_whole():
+    """The store returned all it was asked for and the last hit still ties at the edge: points of that score
+    may be missing, so none of them is kept; fewer hits than asked means the tie was returned whole."""
+    hits = [_hit(n, 1.0 - n / 100) for n in range(6)] + [_hit(n, 0.5) for n in range(6, 12)]
+    assert [h.id for h in cut_ties(hits, 8, asked=12)] == [f"id-{n:03d}" for n in range(6)]
+    assert len(cut_ties(hits, 8, asked=13)) == 8
+    assert len(cut_ties(hits[:7], 8, asked=12)) == 7

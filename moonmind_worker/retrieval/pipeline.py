@@ -115,15 +115,17 @@ def retrieve_context_pack(
     pool = page.window if page else max(top_k * 4, CANDIDATE_POOL)  # a later page ranks its first page's window
     fields = SYMBOL_CANDIDATE_FIELDS if ranking.query_symbols(text) else CANDIDATE_FIELDS
     sparse = SparseVec(ids, values) if ids else None
-    specs = [SearchSpec(where=where, limit=pool, dense=qvec, fields=fields, bm25_to=sparse)]
+    asked = pool + ranking.TIE_MARGIN  # a tie at the pool's edge is cut by id (ranking.cut_ties)
+    specs = [SearchSpec(where=where, limit=asked, dense=qvec, fields=fields, bm25_to=sparse)]
     if ids:
         specs.append(
-            SearchSpec(where=where, limit=pool, sparse=sparse, cosine_to=qvec, fields=fields)
+            SearchSpec(where=where, limit=asked, sparse=sparse, cosine_to=qvec, fields=fields)
         )
     plan = plan_search(query, specs)  # the run's live overlay joins the same batched request
+    branches = len(specs)
     specs = specs + plan.specs
     results = _bounded(lambda d: store.search(specs, deadline=d) if d else store.search(specs), deadline, "searching Qdrant")
-    results = plan.combine(results)
+    results = plan.combine([ranking.cut_ties(r, pool, asked) for r in results[:branches]] + results[branches:])
     ranked = ranking.score(text, ranking.merge(results[0], results[1] if ids else []))
     ranked = plan.order(ranked)  # overlay items first; shadowed canonical paths already dropped
 

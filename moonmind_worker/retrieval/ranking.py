@@ -294,6 +294,27 @@ def is_code(path: str) -> bool:
     return not is_prose(path) and PurePosixPath(path).suffix.lower() not in _DATA_SUFFIXES
 
 
+#: How many hits beyond a branch's pool the store is asked for, so that a tie at the pool's edge is cut by id.
+TIE_MARGIN = 8
+
+
+def cut_ties(hits: list[Hit], limit: int, asked: int) -> list[Hit]:
+    """A branch's best `limit` hits (of the `asked` requested), equal scores in id order; a tie at the edge that may
+    run past the hits returned is left out whole.
+
+    Why: the engine orders equal scores by its own offsets, which two builds of one tree lay out
+    differently, and one other candidate at the pool's edge moves every score of a pack (file support
+    sums the candidates). Cut here, an exact search of the same points gives the same pack.
+    """
+    ordered = sorted(hits, key=lambda h: (-h.score, h.id))
+    if len(ordered) <= limit:
+        return ordered
+    edge = ordered[limit - 1].score
+    if ordered[limit].score != edge or ordered[-1].score != edge or len(ordered) < asked:
+        return ordered[:limit]  # no tie at the edge, or all of it was returned: cut inside it by id
+    return [h for h in ordered if h.score > edge]
+
+
 def merge(dense_hits: list[Hit], sparse_hits: list[Hit]) -> list[Candidate]:
     """One candidate per point: its cosine (from the dense branch, or the sparse branch's rescoring) and BM25."""
     by_id: dict[str, Candidate] = {}
