@@ -42,13 +42,15 @@ def _overlay_ids(home, run_id: str) -> dict[str, str]:
 
 
 def _store_bytes(home) -> int:
-    """The embedded store's size on disk: it grows when a write lands (a file may vanish while it is summed)."""
+    """The embedded store's size on disk: it grows when a write lands (a file, or the engine's temporary
+    directory, may vanish while it is summed: os.walk skips a directory it can no longer list)."""
     total = 0
-    for f in (home / "qdrant-edge").rglob("*"):
-        try:
-            total += f.stat().st_size if f.is_file() else 0
-        except FileNotFoundError:
-            pass
+    for folder, _, files in os.walk(home / "qdrant-edge"):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:
+                pass
     return total
 
 
