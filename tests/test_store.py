@@ -436,14 +436,15 @@ def _segment_links(shard) -> list[int]:
 
 
 def test_a_new_embedded_store_is_scanned_whole_until_it_grows_to_take_the_graph(tmp_path, monkeypatch):
-    """Below `edge_shard.GRAPH_FROM_POINTS` a new store's segments are built without a graph (exact search); the
-    optimize after it reaches that size gives the shard the graph (m 16, beam 64), rebuilds every segment with it,
-    and records it in meta.json; searches find the same before and after. Scaled down: 64 points a segment."""
+    """Below `edge_shard.GRAPH_FROM_SEGMENTS` (2) segments' worth a new store's segments are built without a graph
+    (exact search); the optimize after it reaches that size gives the shard the graph (m 16, beam 64), rebuilds
+    every segment with it, and records it in meta.json; searches find the same before and after. Scaled down:
+    64 points a segment, so the graph from 128."""
     from moonmind_worker.store import edge, edge_shard
 
     monkeypatch.setattr(edge, "SEGMENT_KB", 1)  # 1 KB of 4-d float32 vectors = 64 points
     monkeypatch.setattr(edge, "INDEXING_KB", 1)
-    monkeypatch.setattr(edge_shard, "GRAPH_FROM_POINTS", 150)
+    assert edge_shard.GRAPH_FROM_SEGMENTS == 2
     shard = tmp_path / "edge" / "test_coll" / "shard"
     rng = np.random.default_rng(3)
     vectors = rng.normal(size=(200, DIMS)).astype(np.float32)
@@ -459,11 +460,11 @@ def test_a_new_embedded_store_is_scanned_whole_until_it_grows_to_take_the_graph(
     store = EdgeStore(tmp_path / "edge", "test_coll")
     try:
         store.create(DIMS, "test-model", 1)
-        write(store, range(140))
+        write(store, range(120))
         assert _segment_links(shard) and set(_segment_links(shard)) == {0}
         assert store.info().extra["dense_search"] == "exact"
-        assert [nearest(store, n) for n in (0, 70, 139)] == [0, 70, 139]
-        write(store, range(140, 200))
+        assert [nearest(store, n) for n in (0, 70, 119)] == [0, 70, 119]
+        write(store, range(120, 200))
     finally:
         store.close()
     assert set(_segment_links(shard)) == {16}
@@ -472,7 +473,7 @@ def test_a_new_embedded_store_is_scanned_whole_until_it_grows_to_take_the_graph(
     again = EdgeStore(tmp_path / "edge", "test_coll")  # a later open keeps the graph
     try:
         assert again.info().extra["dense_search"] == "graph"
-        assert [nearest(again, n) for n in (0, 70, 139, 199)] == [0, 70, 139, 199]
+        assert [nearest(again, n) for n in (0, 70, 119, 199)] == [0, 70, 119, 199]
     finally:
         again.close()
 
@@ -511,7 +512,7 @@ def test_a_dense_search_through_the_graph_finds_what_an_exact_search_finds(tmp_p
     from moonmind_worker.store import edge, edge_shard
 
     monkeypatch.setattr(edge, "INDEXING_KB", 1)  # a graph for this small store
-    monkeypatch.setattr(edge_shard, "GRAPH_FROM_POINTS", 1)
+    monkeypatch.setattr(edge_shard, "GRAPH_FROM_SEGMENTS", 0)
     monkeypatch.setattr(edge_shard, "FULL_SCAN_KB", 1)  # and searched through it, not scanned whole
     package = Path(edge.__file__).resolve().parent.parent
     texts = []

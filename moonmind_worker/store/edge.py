@@ -410,7 +410,7 @@ class EdgeStore:
         (BENCHMARKS.md, "The HNSW graph"). Asking again costs nothing when there is nothing to do, so a
         store written by an older version is optimized by its next index run even when no file changed.
         """
-        graph = edge_shard.graph_due(self._files.read_meta(), self._points)
+        graph = edge_shard.graph_due(self._files.read_meta(), self._points, self._segment_points())
         if graph or self._written >= RELOAD_BEFORE_OPTIMIZE:
             # Why: a shard that took many writes in this process holds their working memory (its
             # appendable segment's growth) until it is closed, and the build adds its own on top;

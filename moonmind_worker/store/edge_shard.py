@@ -20,13 +20,14 @@ from .edge_disk import no_room, room_to_open
 EF_CONSTRUCT = 64
 #: Links per point in the graph (the engine's default): `python -m bench.dense_graph` compares others.
 HNSW_M = 16
-#: A shard holding fewer points than this gets no graph (links 0): every dense search scans its vectors
-#: whole. Why: exact (recall 1, and the same results whatever thread built what), and the graph was
-#: the largest share of a cold index's writer; with the filter conditions every point holds dropped
-#: (edge_census.py) a whole scan of Django's 30,859 chunks costs ~0.5 ms a dense request more than the
-#: graph. From this size on the scan grows past that, and the shard takes the graph (edge.optimize).
-#: Figures: BENCHMARKS.md ("The HNSW graph").
-GRAPH_FROM_POINTS = 50_000
+#: A shard holding fewer points than this many full segments gets no graph (links 0): every dense search
+#: scans its vectors whole. Why: exact (recall 1, the same results whatever thread built what), and the
+#: graph was the largest share of a cold index's writer; with the filter conditions every point holds
+#: dropped (edge_census.py) a whole scan of Django's 30,859 chunks costs ~0.5 ms a dense request more than
+#: the graph. Why two: the optimize that gives a shard the graph rebuilds every segment at once, its memory
+#: growing ~75 MiB a segment (2 + a small one: 341 MiB; 3: 471; 4: 540), so with the one being written at
+#: most three are rebuilt, within the run's 500 MB. Figures: BENCHMARKS.md ("The HNSW graph").
+GRAPH_FROM_SEGMENTS = 2
 #: meta.json's record of a store created without the graph ("exact") until it took it ("graph"); a store
 #: made before has none and keeps the graph it was created with.
 DENSE_KEY, EXACT, GRAPH = "dense_search", "exact", "graph"
@@ -36,7 +37,7 @@ FULL_SCAN_KB = 10_000
 
 def create(path: Path, dense: Any, optimizers: Any, wal: bool, indexes: Sequence[tuple[str, Any]]) -> Any:
     """A new shard at `path` with these dense vectors, optimizers and payload indexes (name, parameters), flushed;
-    without a graph (see GRAPH_FROM_POINTS).
+    without a graph (see GRAPH_FROM_SEGMENTS).
 
     Why Cached for the graph, the sparse index and the payload indexes (the engine's defaults pin
     them in RAM): pinned, every open copies them onto the heap (the sparse index, and a map per
@@ -77,14 +78,15 @@ def _hnsw(graph: bool) -> Any:
                            memory=Memory.Cached)
 
 
-def graph_due(meta: dict[str, Any] | None, points: Callable[[], int]) -> bool:
-    """Whether a store created without the graph (its `meta`) has grown to take it (`points`: how many it holds)."""
-    return (meta or {}).get(DENSE_KEY) == EXACT and points() >= GRAPH_FROM_POINTS
+def graph_due(meta: dict[str, Any] | None, points: Callable[[], int], segment_points: int) -> bool:
+    """Whether a store created without the graph (its `meta`) has grown to take it (`points`: how many it holds;
+    `segment_points`: how many fill a segment)."""
+    return (meta or {}).get(DENSE_KEY) == EXACT and points() >= GRAPH_FROM_SEGMENTS * segment_points
 
 
 def given_again(dense: Any, optimizers: Any, graph: bool = False) -> Any:
     """The settings a shard is loaded with again (`load`'s config): the segment cap and the dense vectors' placement,
-    and the graph when it is due (see GRAPH_FROM_POINTS).
+    and the graph when it is due (see GRAPH_FROM_SEGMENTS).
 
     A store created before them takes them then (the engine records them), before the optimize they
     bound; the shard's other settings stay its own. Given the graph, the next optimize rebuilds every
