@@ -5,11 +5,13 @@ indexes DIR once (default: the Django 5.1.4 source, `bench.owner.django_source`;
 store of an existing MOONMIND_HOME), takes every dense vector, and for each variant builds a fresh shard
 of them N times, the way the store writes (segments capped at `edge.SEGMENT_KB`, each optimized when full,
 the rest at the end). Each build then answers Q queries near stored chunks (a stored vector plus a little
-seeded noise) and the static model's embeddings of `bench.owner.QUERIES`, with the store's filter shape
-(two keyed entries every point holds), beam (`DENSE_SEARCH_BEAM`) and dense limit (`CANDIDATE_POOL`).
+seeded noise) and the static model's embeddings of `bench.owner.QUERIES`, as the store asks: beam
+(`DENSE_SEARCH_BEAM`), dense limit (`CANDIDATE_POOL`), and no filter (the points hold the store's two keyed entries,
+and a filter condition every point holds is left out of the request: store/edge_census.py).
 
-Variants: `graph` (the store's: m `HNSW_M`, `EF_CONSTRUCT`, the engine's thread count), `graph:m=12,ef=48,threads=1`
-(any of the three), `plain` (no graph: every segment scanned), `plain-int8` and `graph-int8` (scalar int8 copies
+Variants: `graph` (the store's from `edge_shard.GRAPH_FROM_SEGMENTS` segments on: m `HNSW_M`, `EF_CONSTRUCT`, the
+engine's thread count), `graph:m=12,ef=48,threads=1` (any of the three), `plain` (no graph: every segment scanned,
+the store's below that size), `plain-int8` and `graph-int8` (scalar int8 copies
 searched, then rescored on the vectors, oversampling 2). Reported per variant: build wall and CPU, search p50 / p95,
 and recall@limit against an exact cosine scan (a hit tied with the k-th nearest counts): mean, worst, and how many
 queries fell below 0.5. Graph builds are not deterministic (several threads); a rare poorly linked point shows up only
@@ -126,17 +128,16 @@ def build(vectors: Any, path: Path, m: int, ef: int, threads: int, int8: bool) -
 
 
 def search(shard: Any, queries: Any, limit: int, int8: bool) -> tuple[list[list[int]], list[float]]:
-    from qdrant_edge import FieldCondition, Filter, MatchValue, QuantizationSearchParams, Query, QueryRequest, SearchParams
+    from qdrant_edge import QuantizationSearchParams, Query, QueryRequest, SearchParams
 
     from moonmind_worker.store.base import DENSE_SEARCH_BEAM
 
-    where = Filter(must=[FieldCondition(key="_keys", match=MatchValue(k)) for k in KEYS])
     params = SearchParams(hnsw_ef=DENSE_SEARCH_BEAM,
                           quantization=QuantizationSearchParams(rescore=True, oversampling=2.0) if int8 else None)
     found, walls = [], []
     for q in queries:
         t = time.perf_counter()
-        hits = shard.query(QueryRequest(limit=limit, query=Query.Nearest(q.tolist(), using="dense"), filter=where,
+        hits = shard.query(QueryRequest(limit=limit, query=Query.Nearest(q.tolist(), using="dense"),
                                         params=params, with_payload=False, with_vector=False))
         walls.append((time.perf_counter() - t) * 1000)
         found.append([int(h.id) for h in hits])

@@ -115,6 +115,7 @@ def test_index_memory_breaks_the_runs_peak_down_by_process(tmp_path):
     assert "summed RSS peak" in r.stdout and "| process | RSS | PSS | anonymous | file-backed |" in r.stdout
     assert "| writer (rag index) |" in r.stdout and "[heap]" in r.stdout, r.stdout
 
+
 @pytest.mark.slow
 def test_index_timeline_shows_the_cores_the_writer_and_its_workers_used_over_the_run(tmp_path):
     """When a cold index keeps the cores busy and when not: a row per interval, and the run's summary."""
