@@ -211,17 +211,40 @@ def test_a_measured_process_tree_counts_the_cpu_of_the_children_it_reaped():
     assert r.cpu_s >= 0.3
 
 
+def test_the_peers_file_set_is_copied_at_its_paths_and_nothing_else(tmp_path):
+    """`bench.peer --same-files`: the copy both tools index holds exactly the files of the peer's types (its suffix
+    match: lower-cased), at their relative paths, with their bytes; other types and links stay out."""
+    from bench.peer import same_files_tree
+
+    src = tmp_path / "src"
+    (src / "pkg" / "locale").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("def a():\n    return 1\n")
+    (src / "pkg" / "B.PY").write_text("x = 1\n")
+    (src / "pkg" / "locale" / "django.po").write_text('msgid "a"\n')
+    (src / "README.txt").write_text("docs\n")
+    (src / "link.py").symlink_to(src / "pkg" / "a.py")
+    dest = tmp_path / "dest"
+    files, size = same_files_tree(src, dest, frozenset({".py"}))
+    copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert copied == ["pkg/B.PY", "pkg/a.py"]
+    assert (files, size) == (2, len("def a():\n    return 1\n") + len("x = 1\n"))
+    assert (dest / "pkg" / "a.py").read_text() == (src / "pkg" / "a.py").read_text()
+
+
 @pytest.mark.slow
 def test_peer_baseline_times_both_indexes_on_one_tree_and_reports_the_ratio_and_query_latency():
-    """`python -m bench.peer --quick` (issue 36): our cold index and semble's build interleaved on a small
-    tree, with the shipped model converted for the peer, and the query latency of every path."""
+    """`python -m bench.peer --quick --same-files` (issue 36): our cold index and semble's build interleaved on a small
+    tree, with the shipped model converted for the peer, then on the copy holding only the peer's default file types,
+    and the query latency of every path."""
     pytest.importorskip("semble")
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-    r = subprocess.run([sys.executable, "-m", "bench.peer", "--quick"], env=env, cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "bench.peer", "--quick", "--same-files"], env=env, cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    row = next(line for line in r.stdout.splitlines() if line.startswith("| 1 |"))
-    assert row.count("MiB") == 2 and "**" in row, r.stdout
-    assert "CPU (user + system, whole process tree) ratio: median" in r.stdout
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| 1 |")]
+    assert len(rows) == 2, r.stdout  # the tree, then the same files
+    assert all(row.count("MiB") == 2 and "**" in row for row in rows), r.stdout
+    assert r.stdout.count("CPU (user + system, whole process tree) ratio: median") == 2
+    assert "the same files: the " in r.stdout
     for path in ("ours in-process", "semble in-process", "ours one-shot", "ours served", "semble CLI"):
         assert f"| {path}" in r.stdout, r.stdout
