@@ -615,6 +615,9 @@ def test_a_store_created_before_the_segment_cap_takes_it_at_its_next_large_optim
     monkeypatch.setattr(edge, "_dense", lambda dims: EdgeVectorParams(size=dims, distance=Distance.Cosine))
     store = EdgeStore(tmp_path / "edge", "test_coll")
     store.create(DIMS, "test-model", 1)
+    meta = store.info().extra
+    meta.pop("dense_search")  # an older version wrote none
+    store._write_meta(meta)
     store.upsert(_points())
     store.close()
     assert json.loads((shard / "edge_config.json").read_text())["optimizers"]["max_segment_size"] is None
@@ -634,6 +637,26 @@ def test_a_store_created_before_the_segment_cap_takes_it_at_its_next_large_optim
     assert config["optimizers"]["max_segment_size"] == edge.SEGMENT_KB
     assert config["vectors"]["dense"]["memory"] == "cold"
     assert not [k for k in _dense_storage(shard) if k.startswith("InRam")]  # the segments it wrote since
+
+
+def test_a_store_this_version_made_builds_after_a_large_write_without_loading_its_shard_again(tmp_path, monkeypatch):
+    """It has this version's settings from its creation, so its optimize goes straight to the build: loading the
+    shard again first cut no memory a run needs, and cost a Django run ~2% of its wall (BENCHMARKS.md)."""
+    from moonmind_worker.store import edge
+
+    monkeypatch.setattr(edge, "RELOAD_BEFORE_OPTIMIZE", 3)
+    reloads: list[bool] = []
+    reload = EdgeStore._reload
+    monkeypatch.setattr(EdgeStore, "_reload", lambda self, graph=False: (reloads.append(graph), reload(self, graph)))
+    store = EdgeStore(tmp_path / "edge", "test_coll")
+    try:
+        store.create(DIMS, "test-model", 1)
+        store.upsert(_points())
+        store.optimize()
+        assert reloads == []
+        assert _ns(store.search([_dense(q=(0, 0, 0, 1), limit=1)])[0]) == [4]
+    finally:
+        store.close()
 
 
 # ------------------------------------------------- one owner per store ---

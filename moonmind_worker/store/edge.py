@@ -43,7 +43,7 @@ from .edge_file_tables import FILE_TABLES
 from .edge_query import _edge_filter, _point_key, branch_request, rescoring_request, rows
 from .edge_term_tables import TERM_TABLES
 
-#: Points written since the shard was loaded above which `optimize` loads it again first (memory).
+#: Points written since the shard was loaded above which `optimize` gives a store made before its settings (see there).
 RELOAD_BEFORE_OPTIMIZE = 10_000
 
 #: The largest segment the engine builds, in KB of dense vectors (1 KB = one 256-d float32 vector):
@@ -410,11 +410,12 @@ class EdgeStore:
         (BENCHMARKS.md, "The HNSW graph"). Asking again costs nothing when there is nothing to do, so a
         store written by an older version is optimized by its next index run even when no file changed.
         """
-        graph = edge_shard.graph_due(self._files.read_meta(), self._points, self._segment_points())
-        if graph or self._written >= RELOAD_BEFORE_OPTIMIZE:
-            # Why: a shard that took many writes in this process holds their working memory (its
-            # appendable segment's growth) until it is closed, and the build adds its own on top;
-            # loading it again from disk first is quick and cuts the peak
+        meta = self._files.read_meta()
+        graph = edge_shard.graph_due(meta, self._points, self._segment_points())
+        if graph or (self._written >= RELOAD_BEFORE_OPTIMIZE and edge_shard.DENSE_KEY not in (meta or {})):
+            # a store made before this version's settings (no `dense_search` in its meta) is loaded with them, the
+            # segment cap among them, before the build they bound; one made since has them, and for it the reload
+            # cut no memory a run needs, only time (BENCHMARKS.md, "Index speed against the peer")
             self._reload(graph)
         self._unindexed = 0
         self._add_missing_indexes()
