@@ -222,9 +222,9 @@ def same_files_tree(source: Path, dest: Path, suffixes: frozenset[str]) -> tuple
 
 
 def build_rounds(source: Path, model: Path, home: Path, cache: Path, workers: int, rounds: int,
-                 queries: list[str]) -> tuple[list[float], list[float], list[float], dict, dict]:
-    """`rounds` interleaved builds (ours, then the peer's) on `source`, one table row each; (wall ratios, CPU ratios,
-    the peer's in-process search walls, our last round, the peer's last round)."""
+                 queries: list[str]) -> list[float]:
+    """`rounds` interleaved builds (ours, then the peer's) on `source`, one table row each, then the ratios' summary;
+    the peer's in-process search walls (after each of its builds)."""
     print("| round | load before (1/5/15 min) | ours wall | ours CPU | ours chunks | ours chunks/s | ours peak RSS "
           "| peer wall | peer CPU | peer chunks | peer chunks/s | peer peak RSS | load before peer | peer/ours |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -248,7 +248,7 @@ def build_rounds(source: Path, model: Path, home: Path, cache: Path, workers: in
           f"peer/ours wall ratio: median {statistics.median(ratios):.2f}, min {min(ratios):.2f} "
           f"(>= 1.0: ours no slower); CPU (user + system, whole process tree) ratio: median "
           f"{statistics.median(cpu_ratios):.2f}", flush=True)
-    return ratios, cpu_ratios, peer_search, o, p
+    return peer_search
 
 
 def quick_tree(dest: Path) -> Path:
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         model = convert_model(scratch / "model2vec")
         home, cache = scratch / "home", scratch / "semble-cache"
         print(f"tree {source}; {os.cpu_count()} CPUs; peer SEMBLE_INDEX_WORKERS={args.peer_workers}", flush=True)
-        _, _, peer_search, _, _ = build_rounds(source, model, home, cache, args.peer_workers, rounds, queries)
+        peer_search = build_rounds(source, model, home, cache, args.peer_workers, rounds, queries)
         if args.same_files:
             same = scratch / "same-files"
             files, size = same_files_tree(source, same, peer_file_types())

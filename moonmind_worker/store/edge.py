@@ -43,7 +43,7 @@ from .edge_file_tables import FILE_TABLES
 from .edge_query import _edge_filter, _point_key, branch_request, rescoring_request, rows
 from .edge_term_tables import TERM_TABLES
 
-#: Points written since the shard was loaded above which `optimize` gives a store made before its settings (see there).
+#: Points written since the shard was loaded above which `optimize` reloads a store made before this version's settings.
 RELOAD_BEFORE_OPTIMIZE = 10_000
 
 #: The largest segment the engine builds, in KB of dense vectors (1 KB = one 256-d float32 vector):
