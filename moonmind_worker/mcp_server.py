@@ -237,7 +237,8 @@ def _check_missing(paths: list[str], root: Path, settings: Any, repo: str, tenan
     from .text.files import excluded_reason, name_problem
 
     missing = [rel for rel, p in resolve_workspace_paths(paths, root)
-               if not p.exists() and name_problem(rel) is None and excluded_reason(root, rel) is None]
+               if not p.exists() and name_problem(rel) is None
+               and excluded_reason(root, rel, catalogs=settings.index_catalogs == "on") is None]
     if not missing:
         return
     known = _known_paths(settings, repo, tenant, run_id)

@@ -326,6 +326,8 @@ class Settings:
     chunk_chars: int = setting("MOONMIND_CHUNK_CHARS", default=1500, parse=integer(ge=200))
     chunk_overlap_lines: int = setting("MOONMIND_CHUNK_OVERLAP_LINES", default=2, parse=integer(ge=0))
     max_file_bytes: int = setting("MOONMIND_MAX_FILE_BYTES", default=1_000_000, parse=integer(gt=0))
+    #: `on`: index gettext catalogs (.po, .pot) too; `off`: skip them (text.files.CATALOG_SUFFIXES says why)
+    index_catalogs: Literal["on", "off"] = setting("MOONMIND_INDEX_CATALOGS", default="off", parse=choice("on", "off"))
     #: processes that chunk and embed beside the indexing one (static model only); unset: one per CPU
     #: on a multi-core machine, started once a run is large enough to pay for them; 0: in-process
     index_workers: int | None = setting("MOONMIND_INDEX_WORKERS", parse=integer(ge=0, le=64), optional=True)

@@ -246,3 +246,41 @@ def test_indexing_only_the_paths_a_watcher_saw_leaves_the_rest_of_the_tree_as_st
     # what the paths left out, a whole run still finds: the file changed and not named
     whole = index_repository(prebuilt, repo="demo", tenant="acme", settings=settings, embedder=embedder, store=store)
     assert (whole.files_indexed, whole.files_deleted) == (1, 0)
+
+
+@pytest.fixture
+def watching_with_catalogs(indexed, cli, env, home, tmp_path):
+    """The fixture tree indexed again with MOONMIND_INDEX_CATALOGS=on, then watched by a live owner."""
+    r = cli("rag", "index", str(indexed), "--repo", "demo", "--tenant", "acme", extra_env={"MOONMIND_INDEX_CATALOGS": "on"})
+    assert r.code == 0, r.stderr
+    proc = start_owner(env, home, tmp_path / "owner.log", "on")  # the owner's own setting is the default, off
+    try:
+        until(lambda: settled(home), HANG_S, "the owner's first pass over the tree")
+        yield proc
+    finally:
+        stop(proc)
+
+
+def _catalog(tree: Path) -> None:
+    locale = tree / "locale" / "fr" / "LC_MESSAGES"
+    locale.mkdir(parents=True)
+    (locale / "django.po").write_text('msgid "Quarterly zebra orchid report"\nmsgstr "Rapport trimestriel zèbre orchidée"\n')
+
+
+@pytest.mark.slow
+def test_a_tree_indexed_with_its_catalogs_keeps_them_as_the_watcher_re_indexes(watching_with_catalogs, indexed, home):
+    _catalog(indexed)
+    until(lambda: any(i["source"] == "locale/fr/LC_MESSAGES/django.po"
+                      for i in search(home, "quarterly zebra orchid report", top_k=3)["items"]),
+          FRESH_WITHIN_S, "a search answering with the new catalog")
+
+
+@pytest.mark.slow
+def test_a_tree_indexed_without_its_catalogs_leaves_a_new_one_out_as_the_watcher_re_indexes(watching, indexed, home):
+    _catalog(indexed)
+    (indexed / "auth" / "report.py").write_text("def quarterly_zebra_orchid_report():\n    return 'report'\n")
+    until(lambda: any(i["source"] == "auth/report.py" for i in search(home, "quarterly zebra orchid report", top_k=3)["items"]),
+          FRESH_WITHIN_S, "a search answering with the new code file")
+    until(lambda: settled(home), HANG_S, "the pass to end")
+    found = search(home, "quarterly zebra orchid report", top_k=10, score_threshold=0.0)["items"]
+    assert not any(i["source"].endswith(".po") for i in found)

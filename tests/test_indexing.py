@@ -744,16 +744,52 @@ def test_a_run_whose_new_files_are_large_starts_its_workers_before_this_process_
         store.close()
 
 
-def test_a_compiled_gettext_catalog_is_skipped_by_its_type_unread_and_its_po_source_is_walked(tmp_path):
-    from moonmind_worker.text.files import Skipped, walk
-
-    locale = tmp_path / "locale" / "de" / "LC_MESSAGES"
+def _catalog_tree(root: Path) -> Path:
+    locale = root / "locale" / "de" / "LC_MESSAGES"
     locale.mkdir(parents=True)
     (locale / "django.po").write_text('msgid "Bearer token"\nmsgstr "Inhabertoken"\n')
     (locale / "django.mo").write_bytes(b"\xde\x12\x04\x95\x00\x00\x00\x00")
+    (root / "locale" / "django.pot").write_text('msgid "Bearer token"\nmsgstr ""\n')
+    (root / "auth.py").write_text('from gettext import gettext as _\n\nMESSAGE = _("Bearer token")\n')
+    return root
+
+
+def test_gettext_catalogs_are_skipped_by_default_with_the_setting_that_indexes_them(tmp_path):
+    from moonmind_worker.text.files import Skipped, walk
+
     skipped: list[Skipped] = []
-    assert [rel for rel, _ in walk(tmp_path, skipped)] == ["locale/de/LC_MESSAGES/django.po"]
+    assert [rel for rel, _ in walk(_catalog_tree(tmp_path), skipped)] == ["auth.py"]
+    reasons = {s.path: s.reason for s in skipped}
+    assert reasons["locale/de/LC_MESSAGES/django.mo"] == "lock/vendored/binary type"  # compiled: skipped unread
+    assert "MOONMIND_INDEX_CATALOGS=on" in reasons["locale/de/LC_MESSAGES/django.po"]
+    assert "MOONMIND_INDEX_CATALOGS=on" in reasons["locale/django.pot"]
+
+
+def test_gettext_catalogs_are_walked_when_asked_for_and_their_compiled_form_never(tmp_path):
+    from moonmind_worker.text.files import Skipped, excluded_reason, walk
+
+    skipped: list[Skipped] = []
+    walked = [rel for rel, _ in walk(_catalog_tree(tmp_path), skipped, catalogs=True)]
+    assert walked == ["auth.py", "locale/de/LC_MESSAGES/django.po", "locale/django.pot"]
     assert [(s.path, s.reason) for s in skipped] == [("locale/de/LC_MESSAGES/django.mo", "lock/vendored/binary type")]
+    assert excluded_reason(tmp_path, "locale/django.pot", catalogs=True) is None
+    assert "MOONMIND_INDEX_CATALOGS" in excluded_reason(tmp_path, "locale/django.pot")
+
+
+@pytest.mark.slow
+def test_a_search_for_a_message_finds_the_code_not_the_catalogs_until_they_are_asked_for(cli, tmp_path):
+    tree = _catalog_tree(tmp_path / "app")
+    first = _index(cli, tree)
+    assert first["files_indexed"] == 1 and first["skipped_by_reason"]["a gettext catalog (translations): "
+                                                                       "MOONMIND_INDEX_CATALOGS=on indexes them"] == 2
+    assert {i["source"] for i in _search(cli, "Bearer token", "repo=demo")["items"]} == {"auth.py"}
+    again = _index(cli, tree, extra_env={"MOONMIND_INDEX_CATALOGS": "on"})
+    assert again["files_indexed"] == 2 and again["files_unchanged"] == 1
+    assert {i["source"] for i in _search(cli, "Bearer token", "repo=demo")["items"]} == {
+        "auth.py", "locale/de/LC_MESSAGES/django.po", "locale/django.pot"}
+    off = _index(cli, tree)  # the setting off again: the catalogs leave the index
+    assert off["files_deleted"] == 2
+    assert {i["source"] for i in _search(cli, "Bearer token", "repo=demo")["items"]} == {"auth.py"}
 
 
 def test_a_new_file_over_the_size_limit_does_not_start_the_workers(tmp_path, monkeypatch):

@@ -51,7 +51,7 @@ LOCAL_PROVIDERS = ("static", "ollama")
 def survey(root: Path, settings: Settings) -> tuple[IndexSummary, dict[str, Any], list]:
     """Walk, read and chunk `root` as `index_repository` does: (summary with its counts, figures, a sample batch)."""
     summary = IndexSummary(repo="", tenant="")
-    files = list(walk(root, summary.skipped))
+    files = list(walk(root, summary.skipped, catalogs=settings.index_catalogs == "on"))
     summary.files_seen = count_seen(files, summary.skipped)
     by_language: dict[str, dict[str, int]] = {}
     chunks = bytes_ = tokens = 0

@@ -370,7 +370,9 @@ class IndexRun:
     def _start(self) -> None:
         """List the files, and start the pool that chunks and embeds them."""
         root, summary = self.root, self.summary
-        self.files = list(walk(root, summary.skipped) if self.paths is None else listed(root, self.paths, summary.skipped))
+        catalogs = self.settings.index_catalogs == "on"
+        self.files = list(walk(root, summary.skipped, catalogs=catalogs) if self.paths is None
+                          else listed(root, self.paths, summary.skipped, catalogs=catalogs))
         summary.files_seen = count_seen(self.files, summary.skipped)
         self.batch_chunks = batching.batch_chunks(self.settings.embedding_batch_size)
         self.pool = workers.Pool(self.embedder, self.settings)

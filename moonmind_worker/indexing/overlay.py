@@ -189,7 +189,7 @@ def _read_targets(
     gone: list[str] = []
     with TreeReader(root_path) as reader:  # each file read under the root, never through a link swapped in
         for rel, path in targets:
-            reason = name_problem(rel) or excluded_reason(root_path, rel)
+            reason = name_problem(rel) or excluded_reason(root_path, rel, catalogs=settings.index_catalogs == "on")
             if reason is not None:
                 skipped.append(Skipped(rel, reason))
                 continue

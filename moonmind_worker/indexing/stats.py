@@ -98,7 +98,7 @@ def collect_stats(
         on_disk = set()
         known = _recorded_stats(store, info, repo, tenants.pop()) if len(tenants) == 1 else {}
         with TreeReader(Path(root).resolve()) as reader:
-            for rel, _ in walk(root):
+            for rel, _ in walk(root, catalogs=settings.index_catalogs == "on"):
                 if rel in known and rel in per_file:
                     st = reader.stat(rel)
                     if st is not None and stat_key(st) == known[rel] and st.st_size <= settings.max_file_bytes:

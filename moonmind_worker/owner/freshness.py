@@ -66,7 +66,8 @@ def indexed(settings: Any, root: Path, repo: str, tenant: str, started: float) -
         return  # a Qdrant server has no owner here to keep it fresh
     path = _registry(settings)
     row = {"collection": settings.collection, "tenant": tenant, "repo": repo, "root": str(root.resolve()),
-           "indexed_at": started, "chunk_chars": settings.chunk_chars, "chunk_overlap_lines": settings.chunk_overlap_lines}
+           "indexed_at": started, "chunk_chars": settings.chunk_chars, "chunk_overlap_lines": settings.chunk_overlap_lines,
+           "index_catalogs": settings.index_catalogs}
     try:
         with open(path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # read-modify-write: another process may record its run meanwhile
@@ -185,7 +186,7 @@ class Freshness:
         now = time.monotonic()
         if hit is not None and now - hit[0] < CHECK_EVERY_S and hit[1] == since:
             return hit[2]
-        changed = _sample_tree(root, since) if os.path.isdir(root) else set()
+        changed = _sample_tree(root, since, self._catalogs(root)) if os.path.isdir(root) else set()
         with self._cond:
             self._samples[root] = (now, since, changed)
         return changed
@@ -206,15 +207,21 @@ class Freshness:
                 tree.watch_error = f"{type(exc).__name__}: {exc}"
             log.warning("cannot watch %s (%s): searches check its files instead", tree.root, tree.watch_error)
 
+    def _catalogs(self, root: str) -> bool:
+        """Whether a repository indexed from `root` holds its gettext catalogs (MOONMIND_INDEX_CATALOGS, recorded)."""
+        return any(r["root"] == root and r.get("index_catalogs") == "on" for r in entries(self.settings))
+
     def _worth_a_look(self, root: str, path: str) -> bool:
-        """Cheap rules first (in the watcher's thread, per event): skipped directories and types, the store itself."""
-        from ..text.files import LOCK_FILES, SKIP_DIRS, SKIP_SUFFIXES
+        """Cheap rules first (in the watcher's thread, per event): skipped directories and types, the store itself.
+
+        Catalogs pass (`_saw` reads whether this tree's runs index them, once per batch of changes)."""
+        from ..text.files import SKIP_DIRS, skipped_type
 
         rel = os.path.relpath(path, root)
         parts = rel.split(os.sep)
         if rel.startswith("..") or any(p in SKIP_DIRS or p.endswith(".egg-info") for p in parts[:-1]):
             return False
-        if parts[-1] in LOCK_FILES or parts[-1].endswith(SKIP_SUFFIXES):
+        if skipped_type(parts[-1], catalogs=True) is not None:
             return False
         return not any(Path(path).is_relative_to(own) for own in self._own)
 
@@ -224,6 +231,7 @@ class Freshness:
         from ..text.files import excluded_reason
 
         root = Path(tree.root)
+        catalogs = self._catalogs(tree.root)
         full, rels = False, set()
         for change, path in changes:
             rel = Path(os.path.relpath(path, root)).as_posix()
@@ -232,7 +240,7 @@ class Freshness:
             is_dir = os.path.isdir(path) and not os.path.islink(path)
             if rel.rsplit("/", 1)[-1] == ".gitignore" or (is_dir and change == Change.added):
                 full = True  # which files are in the tree changed: the whole (incremental) pass decides
-            elif not is_dir and excluded_reason(root, rel) is None:
+            elif not is_dir and excluded_reason(root, rel, catalogs=catalogs) is None:
                 rels.add(rel)
         if full or rels:
             with self._cond:
@@ -270,8 +278,10 @@ class Freshness:
         for row in entries(self.settings):
             if row["root"] != tree.root:
                 continue
-            settings = self.settings.model_copy(update={
-                k: row[k] for k in ("chunk_chars", "chunk_overlap_lines") if isinstance(row.get(k), int)})
+            update: dict[str, Any] = {k: row[k] for k in ("chunk_chars", "chunk_overlap_lines") if isinstance(row.get(k), int)}
+            if row.get("index_catalogs") in ("on", "off"):
+                update["index_catalogs"] = row["index_catalogs"]
+            settings = self.settings.model_copy(update=update)
             args: dict[str, Any] = {"path": tree.root, "repo": row["repo"], "tenant": row["tenant"]}
             if paths is not None:
                 args["paths"] = paths
@@ -353,14 +363,15 @@ def _changed(root: Path, rel: str, content_hash: str, since: float, max_bytes: i
     return text is None or hash_of(text) != content_hash
 
 
-def _sample_tree(root: str, since: float) -> set[str]:
-    """Files among the tree's first CHECK_FILES (walk order) modified after `since`: the bounded check."""
+def _sample_tree(root: str, since: float, catalogs: bool = False) -> set[str]:
+    """Files among the tree's first CHECK_FILES (walk order; gettext catalogs with `catalogs`) modified after
+    `since`: the bounded check."""
     from itertools import islice
 
     from ..text.files import walk
 
     out = set()
-    for rel, path in islice(walk(Path(root)), CHECK_FILES):
+    for rel, path in islice(walk(Path(root), catalogs=catalogs), CHECK_FILES):
         try:
             st = os.stat(path)
         except OSError:

@@ -30,6 +30,23 @@ LOCK_FILES = frozenset(
 SKIP_SUFFIXES = (".min.js", ".min.css", ".map", ".lock", ".pyc", ".so", ".dll", ".dylib", ".class", ".jar",
                  ".png", ".jpg", ".jpeg", ".gif", ".ico", ".pdf", ".zip", ".gz", ".tar", ".whl", ".woff",
                  ".woff2", ".ttf", ".eot", ".mp4", ".mp3", ".sqlite", ".db", ".bin", ".pkl", ".npy", ".parquet", ".mo")
+#: Why a file of those types (or a lock file) is skipped.
+SKIPPED_TYPE = "lock/vendored/binary type"
+#: gettext catalogs: every locale's copy of the messages the code and its templates hold. Skipped unless a
+#: run asks for them (MOONMIND_INDEX_CATALOGS=on). Why: a search for a message then finds the catalogs, not
+#: the code that says it (on Django they held ~5 of every 10 results of such a search, and 20% of its
+#: chunks); figures: BENCHMARKS.md ("Translation catalogs").
+CATALOG_SUFFIXES = (".po", ".pot")
+SKIPPED_CATALOG = "a gettext catalog (translations): MOONMIND_INDEX_CATALOGS=on indexes them"
+
+
+def skipped_type(name: str, catalogs: bool = False) -> str | None:
+    """Why a file named `name` is skipped by its type alone (None: it is not); `catalogs`: index gettext catalogs."""
+    if name in LOCK_FILES or name.endswith(SKIP_SUFFIXES):
+        return SKIPPED_TYPE
+    if not catalogs and name.endswith(CATALOG_SUFFIXES):
+        return SKIPPED_CATALOG
+    return None
 
 
 @dataclass(frozen=True)
@@ -313,8 +330,9 @@ def _gitignore(dir_fd: int, rel: str, skipped: list[Skipped] | None = None):
     return GitIgnoreSpec(patterns)  # git's own rules (the "gitwildmatch" name is deprecated)
 
 
-def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str, Path]]:
-    """Yield (repo-relative POSIX path, absolute path) of candidate files, sorted, deterministic.
+def walk(root: Path, skipped: list[Skipped] | None = None, *, catalogs: bool = False) -> Iterator[tuple[str, Path]]:
+    """Yield (repo-relative POSIX path, absolute path) of candidate files, sorted, deterministic; gettext
+    catalogs only with `catalogs` (see CATALOG_SUFFIXES).
 
     Depth first in name order (a directory's files come where its name sorts), without recursion:
     each directory is opened relative to its parent, never through a link. A directory that cannot
@@ -358,8 +376,9 @@ def walk(root: Path, skipped: list[Skipped] | None = None) -> Iterator[tuple[str
             elif is_file:
                 if _ignored_by(specs, child, False):
                     continue
-                if e.name in LOCK_FILES or e.name.endswith(SKIP_SUFFIXES):
-                    _note(skipped, child, "lock/vendored/binary type")
+                why = skipped_type(e.name, catalogs)
+                if why is not None:
+                    _note(skipped, child, why)
                     continue
                 yield child, root / child
     finally:
@@ -409,8 +428,8 @@ def _shown(rel: str) -> str:
     return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def excluded_reason(root: Path, rel: str) -> str | None:
-    """Why `walk(root)` would leave out the file `rel` (None when it would index it).
+def excluded_reason(root: Path, rel: str, *, catalogs: bool = False) -> str | None:
+    """Why `walk(root, catalogs=catalogs)` would leave out the file `rel` (None when it would index it).
 
     The same rules as the walk, for one path: so a file a worker names
     explicitly (a workspace overlay) is held to what the canonical index holds.
@@ -419,9 +438,9 @@ def excluded_reason(root: Path, rel: str) -> str | None:
     for d in parts[:-1]:
         if d in SKIP_DIRS or d.endswith(".egg-info"):
             return f"inside a skipped directory ({d}/)"
-    name = parts[-1]
-    if name in LOCK_FILES or name.endswith(SKIP_SUFFIXES):
-        return "lock/vendored/binary type"
+    why = skipped_type(parts[-1], catalogs)
+    if why is not None:
+        return why
     specs: list[tuple[str, object]] = []
     try:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -448,8 +467,9 @@ def excluded_reason(root: Path, rel: str) -> str | None:
     return None
 
 
-def listed(root: Path, rels: Iterable[str], skipped: list[Skipped] | None = None) -> Iterator[tuple[str, Path]]:
-    """What `walk(root)` would yield of the paths `rels` alone, sorted: each that is a regular file it would index.
+def listed(root: Path, rels: Iterable[str], skipped: list[Skipped] | None = None, *,
+           catalogs: bool = False) -> Iterator[tuple[str, Path]]:
+    """What `walk(root, catalogs=catalogs)` would yield of the paths `rels` alone, sorted: each that is a regular file it would index.
 
     Why: re-indexing the few files a watcher saw change must hold them to the walk's rules
     without walking the whole tree. A path that is gone, a link, a directory or ignored is left out.
@@ -470,8 +490,8 @@ def listed(root: Path, rels: Iterable[str], skipped: list[Skipped] | None = None
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
-        reason = excluded_reason(root, rel)
-        if reason == "lock/vendored/binary type":  # noted, as the walk notes it
+        reason = excluded_reason(root, rel, catalogs=catalogs)
+        if reason in (SKIPPED_TYPE, SKIPPED_CATALOG):  # noted, as the walk notes it
             if skipped is not None:
                 skipped.append(Skipped(rel, reason))
             continue
