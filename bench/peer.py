@@ -24,8 +24,10 @@ The peer's `from_path` chunks in this process unless `SEMBLE_INDEX_WORKERS` is s
 `--peer-workers` sets it (default 4: the peer as its own CLI runs it; 0 to time the library default).
 `--same-files`: the rounds again on a copy of the tree holding only the files of the types the peer indexes by
 default (its `from_path` default content: code; `peer_file_types`), at the same paths. Why: on Django, by default, we
-index code, docs, templates and locale catalogs (4,723 files, ~35 MB) and the peer code only (~19 MB of .py, .js,
-.css), so the default rounds time different work; this step times the same work. The default rounds stay the goal's.
+index code, docs and templates (3,451 files, ~26 MB) and the peer code only (~19 MB of .py, .js, .css), so the
+default rounds time different work; this step times the same work. The default rounds stay the goal's.
+`--catalogs`: ours indexes gettext catalogs too (`MOONMIND_INDEX_CATALOGS=on`: 1,272 more files, 8.8 MB, the
+default before 40a31a2), the work its rounds timed until then.
 `--quick`: a small tree (this package's text/ directory), one round, few queries: the smoke test.
 """
 
@@ -122,11 +124,12 @@ def peer_env(cache: Path, model: Path, workers: int) -> dict[str, str]:
     return e
 
 
-def ours_once(source: Path, home: Path) -> dict:
+def ours_once(source: Path, home: Path, catalogs: bool = False) -> dict:
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     before = load()
-    r = run_tree_measured([MOONMIND, "rag", "index", str(source), "--repo", "django"], env_for(home))
+    env = {**env_for(home), **({"MOONMIND_INDEX_CATALOGS": "on"} if catalogs else {})}
+    r = run_tree_measured([MOONMIND, "rag", "index", str(source), "--repo", "django"], env)
     if r.code != 0:
         raise RuntimeError(f"rag index failed ({r.code}): {r.stderr[-1500:]}")
     m = re.search(r"(\d+) indexed \+.*?(\d+) chunks written", r.stdout + r.stderr)
@@ -222,9 +225,9 @@ def same_files_tree(source: Path, dest: Path, suffixes: frozenset[str]) -> tuple
 
 
 def build_rounds(source: Path, model: Path, home: Path, cache: Path, workers: int, rounds: int,
-                 queries: list[str]) -> list[float]:
+                 queries: list[str], catalogs: bool = False) -> list[float]:
     """`rounds` interleaved builds (ours, then the peer's) on `source`, one table row each, then the ratios' summary;
-    the peer's in-process search walls (after each of its builds)."""
+    the peer's in-process search walls (after each of its builds). `catalogs`: ours indexes gettext catalogs too."""
     print("| round | load before (1/5/15 min) | ours wall | ours CPU | ours chunks | ours chunks/s | ours peak RSS "
           "| peer wall | peer CPU | peer chunks | peer chunks/s | peer peak RSS | load before peer | peer/ours |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -234,7 +237,7 @@ def build_rounds(source: Path, model: Path, home: Path, cache: Path, workers: in
     o: dict = {}
     p: dict = {}
     for n in range(1, rounds + 1):
-        o = ours_once(source, home)
+        o = ours_once(source, home, catalogs)
         p = peer_once(source, model, cache, workers, queries)
         peer_search += p["search_ms"]
         ratio = p["wall_s"] / o["wall_s"]
@@ -266,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-queries", action="store_true", help="index builds only")
     ap.add_argument("--same-files", action="store_true",
                     help="the rounds again on a copy holding only the file types the peer indexes by default")
+    ap.add_argument("--catalogs", action="store_true",
+                    help="ours indexes gettext catalogs too (MOONMIND_INDEX_CATALOGS=on; skipped by default since 40a31a2)")
     ap.add_argument("--quick", action="store_true", help="a small tree, one round, few queries (smoke test)")
     args = ap.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="moonmind-peer-"))
@@ -277,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
             rounds, queries, qrounds = args.rounds, QUERIES, args.query_rounds
         model = convert_model(scratch / "model2vec")
         home, cache = scratch / "home", scratch / "semble-cache"
-        print(f"tree {source}; {os.cpu_count()} CPUs; peer SEMBLE_INDEX_WORKERS={args.peer_workers}", flush=True)
-        peer_search = build_rounds(source, model, home, cache, args.peer_workers, rounds, queries)
+        print(f"tree {source}; {os.cpu_count()} CPUs; peer SEMBLE_INDEX_WORKERS={args.peer_workers}"
+              f"{'; ours with gettext catalogs' if args.catalogs else ''}", flush=True)
+        peer_search = build_rounds(source, model, home, cache, args.peer_workers, rounds, queries, args.catalogs)
         if args.same_files:
             same = scratch / "same-files"
             files, size = same_files_tree(source, same, peer_file_types())

@@ -248,3 +248,17 @@ def test_peer_baseline_times_both_indexes_on_one_tree_and_reports_the_ratio_and_
     assert "the same files: the " in r.stdout
     for path in ("ours in-process", "semble in-process", "ours one-shot", "ours served", "semble CLI"):
         assert f"| {path}" in r.stdout, r.stdout
+
+
+def test_the_catalog_bench_asks_for_each_gettext_message_with_the_files_that_say_it(tmp_path):
+    from bench.catalogs import messages
+
+    (tmp_path / "forms").mkdir()
+    (tmp_path / "forms" / "fields.py").write_text(
+        'ERR = _("Enter a valid email address.")\nOTHER = gettext_lazy(\'Ensure this value is positive.\')\n'
+        'FMT = _("Ensure this value has at most %(max)d characters.")\nSHORT = _("Required")\n')
+    (tmp_path / "core.py").write_text('raise ValueError(__("Enter a valid email address."))\n')
+    found = messages(tmp_path, 10)
+    assert found == {"Enter a valid email address.": {"forms/fields.py", "core.py"},
+                     "Ensure this value is positive.": {"forms/fields.py"}}  # no format fields, nothing short
+    assert list(messages(tmp_path, 1)) == list(messages(tmp_path, 1))  # the seeded order
