@@ -37,7 +37,7 @@ SKIPPED_TYPE = "lock/vendored/binary type"
 #: the code that says it (on Django they held ~5 of every 10 results of such a search, and 20% of its
 #: chunks); figures: BENCHMARKS.md ("Translation catalogs").
 CATALOG_SUFFIXES = (".po", ".pot")
-SKIPPED_CATALOG = "a gettext catalog (translations): MOONMIND_INDEX_CATALOGS=on indexes them"
+SKIPPED_CATALOG = "gettext catalog (MOONMIND_INDEX_CATALOGS=on indexes them)"
 
 
 def skipped_type(name: str, catalogs: bool = False) -> str | None:
