@@ -24,13 +24,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from moonmind_worker.text.files import CATALOG_SUFFIXES
+
 from .languages import Corpus, fetch
 from .owner import QUERIES, django_source
 
 #: A gettext call with one literal argument of 20-90 characters (no format fields: those differ from what a log shows).
 MESSAGE = re.compile(r"""\b(?:_|__|gettext|gettext_lazy|ngettext|pgettext_lazy)\(\s*(["'])([^"'\\%{}\n]{20,90})\1""")
 SPHINX = Corpus("sphinx", "Python", "pypi-sdist", "sphinx==8.1.3", "sphinx-8.1.3", Path("-"))
-CATALOG = (".po", ".pot")
 
 
 def say(msg: str) -> None:
@@ -51,54 +52,57 @@ def messages(root: Path, limit: int, seed: int = 0) -> dict[str, set[str]]:
     return {k: found[k] for k in keys[:limit]}
 
 
+def score(wanted: dict[str, set[str]], files) -> dict[str, float]:
+    """hit@1, hit@5, MRR@10 of a defining file, and catalogs in a top 10, over `wanted` (`files`: a query's result files)."""
+    hit1 = hit5 = rr = catalogs = 0.0
+    for message, defined in wanted.items():
+        got = files(message)
+        catalogs += sum(f.endswith(CATALOG_SUFFIXES) for f in got)
+        rank = next((n for n, f in enumerate(got) if f in defined), None)
+        if rank is not None:
+            hit1, hit5, rr = hit1 + (rank == 0), hit5 + (rank < 5), rr + 1 / (rank + 1)
+    n = len(wanted) or 1
+    return {"hit_at_1": round(hit1 / n, 3), "hit_at_5": round(hit5 / n, 3), "mrr": round(rr / n, 3),
+            "catalogs_in_top_10": round(catalogs / n, 2)}
+
+
 def measure(projects: list[tuple[str, str, Path]], limit: int) -> list[dict]:
-    home = Path(tempfile.mkdtemp(prefix="moonmind-catalogs-"))
-    os.environ["MOONMIND_HOME"] = str(home)
-    os.environ["MOONMIND_TENANT"] = "bench"
+    """Each project indexed with its catalogs and without, each in a home of its own (as a user's index of it alone:
+    one store holding several would take the HNSW graph sooner, edge_shard.GRAPH_FROM_SEGMENTS), then scored."""
     from moonmind_worker import runtime
     from moonmind_worker.contracts import parse_query
     from moonmind_worker.indexing.indexer import index_repository
     from moonmind_worker.retrieval.pipeline import retrieve_context_pack
     from moonmind_worker.settings import get_settings
 
-    get_settings.cache_clear()
-    base = get_settings()
-    embedder, store = runtime.get_embedder(base), runtime.get_store(base)
     rows = []
-    try:
-        for name, split, root in projects:
-            wanted = messages(root, limit)
-            for setting in ("off", "on"):
-                settings = base.model_copy(update={"index_catalogs": setting})
-                repo = f"{name}-{setting}"
-                summary = index_repository(root, repo=repo, tenant="bench", settings=settings, embedder=embedder,
-                                           store=store)
+    for name, split, root in projects:
+        wanted = messages(root, limit)
+        for setting in ("off", "on"):
+            with tempfile.TemporaryDirectory(prefix="moonmind-catalogs-") as home:
+                os.environ.update(MOONMIND_HOME=home, MOONMIND_TENANT="bench", MOONMIND_INDEX_CATALOGS=setting)
+                get_settings.cache_clear()
+                settings = get_settings()
+                embedder, store = runtime.get_embedder(settings), runtime.get_store(settings)
+                try:
+                    summary = index_repository(root, repo=name, tenant="bench", settings=settings, embedder=embedder,
+                                               store=store)
 
-                def files(query: str) -> list[str]:
-                    pack = retrieve_context_pack(parse_query({"query": query, "top_k": 10, "filters": {"repo": repo}}),
-                                                 settings=settings, embedder=embedder, store=store)
-                    return [i.source for i in pack.items]
+                    def files(query: str) -> list[str]:
+                        query_in = parse_query({"query": query, "top_k": 10, "filters": {"repo": name}})
+                        pack = retrieve_context_pack(query_in, settings=settings, embedder=embedder, store=store)
+                        return [i.source for i in pack.items]
 
-                hit1 = hit5 = rr = catalogs = 0.0
-                for message, defined in wanted.items():
-                    got = files(message)
-                    catalogs += sum(f.endswith(CATALOG) for f in got)
-                    rank = next((n for n, f in enumerate(got) if f in defined), None)
-                    if rank is not None:
-                        hit1, hit5, rr = hit1 + (rank == 0), hit5 + (rank < 5), rr + 1 / (rank + 1)
-                n = len(wanted) or 1
-                row = {"project": name, "split": split, "catalogs": setting, "files": summary.files_seen,
-                       "chunks": summary.chunks_written, "messages": len(wanted), "hit_at_1": round(hit1 / n, 3),
-                       "hit_at_5": round(hit5 / n, 3), "mrr": round(rr / n, 3),
-                       "catalogs_in_top_10": round(catalogs / n, 2)}
-                if name == "django":
-                    row["natural_catalogs_in_top_10"] = round(
-                        sum(sum(f.endswith(CATALOG) for f in files(q)) for q in QUERIES) / len(QUERIES), 2)
-                rows.append(row)
-                say(json.dumps(row))
-    finally:
-        runtime.close_all()
-        get_settings.cache_clear()
+                    row = {"project": name, "split": split, "catalogs": setting, "files": summary.files_seen,
+                           "chunks": summary.chunks_written, "messages": len(wanted), **score(wanted, files)}
+                    if name == "django":
+                        row["natural_catalogs_in_top_10"] = round(
+                            sum(sum(f.endswith(CATALOG_SUFFIXES) for f in files(q)) for q in QUERIES) / len(QUERIES), 2)
+                finally:
+                    runtime.close_all()
+                    get_settings.cache_clear()
+            rows.append(row)
+            say(json.dumps(row))
     return rows
 
 

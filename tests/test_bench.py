@@ -261,4 +261,6 @@ def test_the_catalog_bench_asks_for_each_gettext_message_with_the_files_that_say
     found = messages(tmp_path, 10)
     assert found == {"Enter a valid email address.": {"forms/fields.py", "core.py"},
                      "Ensure this value is positive.": {"forms/fields.py"}}  # no format fields, nothing short
-    assert list(messages(tmp_path, 1)) == list(messages(tmp_path, 1))  # the seeded order
+    first = messages(tmp_path, 1)
+    assert len(first) == 1 and first.items() <= found.items()  # a sample of them
+    assert messages(tmp_path, 1) == first  # in the seeded order
