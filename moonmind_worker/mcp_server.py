@@ -234,11 +234,11 @@ def _check_missing(paths: list[str], root: Path, settings: Any, repo: str, tenan
     nothing indexed (a typo, a path read against the wrong directory) hides nothing, and says so here.
     """
     from .indexing.overlay import resolve_workspace_paths
-    from .text.files import excluded_reason, name_problem
+    from .text.files import WalkRules, excluded_reason, name_problem
 
     missing = [rel for rel, p in resolve_workspace_paths(paths, root)
                if not p.exists() and name_problem(rel) is None
-               and excluded_reason(root, rel, catalogs=settings.index_catalogs == "on") is None]
+               and excluded_reason(root, rel, rules=WalkRules.of(settings)) is None]
     if not missing:
         return
     known = _known_paths(settings, repo, tenant, run_id)

@@ -328,6 +328,11 @@ class Settings:
     max_file_bytes: int = setting("MOONMIND_MAX_FILE_BYTES", default=1_000_000, parse=integer(gt=0))
     #: `on`: index gettext catalogs (.po, .pot) too; `off`: skip them (text.files.CATALOG_SUFFIXES says why)
     index_catalogs: Literal["on", "off"] = setting("MOONMIND_INDEX_CATALOGS", default="off", parse=choice("on", "off"))
+    #: `on`: index secret files (.env, id_rsa, *.pem, credentials.json, ...) too; `off`: skip them (text.secrets)
+    index_secret_files: Literal["on", "off"] = setting("MOONMIND_INDEX_SECRET_FILES", default="off",
+                                                       parse=choice("on", "off"))
+    #: `on`: secrets inside indexed text become `[redacted: KIND]` before chunking; `off`: stored as written
+    redact_secrets: Literal["on", "off"] = setting("MOONMIND_REDACT_SECRETS", default="on", parse=choice("on", "off"))
     #: processes that chunk and embed beside the indexing one (static model only); unset: one per CPU
     #: on a multi-core machine, started once a run is large enough to pay for them; 0: in-process
     index_workers: int | None = setting("MOONMIND_INDEX_WORKERS", parse=integer(ge=0, le=64), optional=True)

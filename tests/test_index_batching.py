@@ -81,7 +81,7 @@ class _Pool(SimpleNamespace):
     def __init__(self, **limits) -> None:
         super().__init__(**vars(_limits(**limits)), groups=[], jobs=[])
 
-    def chunk(self, group, chunk_chars, overlap_lines) -> Future:
+    def chunk(self, group, chunk_chars, overlap_lines, redact) -> Future:
         self.groups.append([rel for rel, _ in group])
         self.jobs.append((_job(False), [[f"{rel}#0"] for rel, _ in group]))
         return self.jobs[-1][0]
@@ -104,7 +104,7 @@ class _Reader:
 
 def _run(texts: dict[str, str], pool: _Pool) -> IndexRun:
     """An IndexRun past its setup, with no store: reading, grouping and taking only."""
-    settings = SimpleNamespace(chunk_chars=1500, chunk_overlap_lines=0, max_file_bytes=10**6)
+    settings = SimpleNamespace(chunk_chars=1500, chunk_overlap_lines=0, max_file_bytes=10**6, redact_secrets="on")
     run = IndexRun(Path("."), repo="r", tenant="t", settings=settings, embedder=None, store=None)
     run.pool, run.reader, run.stored, run.rechunk = pool, _Reader(texts), {}, False
     run.files = [(rel, Path(rel)) for rel in texts]

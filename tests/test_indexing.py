@@ -347,7 +347,7 @@ def test_index_workers_collect_cycles_rarely():
 
     pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
     try:
-        pool.result(pool.chunk([("m.py", "def f(x):\n    return x\n")], 200, 0))
+        pool.result(pool.chunk([("m.py", "def f(x):\n    return x\n")], 200, 0, True))
         assert pool.parallel
         in_worker = pool._executor.submit(gc.get_threshold).result(timeout=60)  # type: ignore[union-attr]
     finally:
@@ -371,7 +371,7 @@ def test_index_workers_run_openblas_on_one_thread_unless_the_caller_chose_a_coun
             monkeypatch.setenv("OPENBLAS_NUM_THREADS", chosen)
         pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
         try:
-            pool.result(pool.chunk([("m.py", "def f(x):\n    return x\n")], 200, 0))
+            pool.result(pool.chunk([("m.py", "def f(x):\n    return x\n")], 200, 0, True))
             assert pool.parallel
             seen.append(pool._executor.submit(os.getenv, "OPENBLAS_NUM_THREADS").result(timeout=60))  # type: ignore[union-attr]
         finally:
@@ -478,7 +478,7 @@ def test_closing_a_pool_of_workers_ends_the_resource_tracker_too(monkeypatch):
     for _ in range(2):
         pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
         try:
-            job = pool.chunk(group, 200, 0)
+            job = pool.chunk(group, 200, 0, True)
             assert pool.parallel
             tracker = resource_tracker._resource_tracker._pid
             assert tracker is not None and os.path.exists(f"/proc/{tracker}")
@@ -491,7 +491,7 @@ def test_closing_a_pool_of_workers_ends_the_resource_tracker_too(monkeypatch):
     first = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
     second = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
     try:
-        jobs = [first.chunk(group, 200, 0), second.chunk(group, 200, 0)]
+        jobs = [first.chunk(group, 200, 0, True), second.chunk(group, 200, 0, True)]
         first.close()
         assert resource_tracker._resource_tracker._pid is not None
         assert second.result(jobs[1]) == [chunk_text(group[0][1], "m.py", 200, 0)]
@@ -555,7 +555,7 @@ def test_the_kernels_oom_killer_takes_an_index_worker_before_the_indexing_proces
 
     pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
     try:
-        pool.result(pool.chunk([("m.py", "def f(x):\n    return x\n")], 200, 0))
+        pool.result(pool.chunk([("m.py", "def f(x):\n    return x\n")], 200, 0, True))
         (worker,) = list(pool._executor._processes)  # type: ignore[union-attr]
         score = {pid: int(Path(f"/proc/{pid}/oom_score").read_text()) for pid in (worker, os.getpid())}
         adj = {pid: int(Path(f"/proc/{pid}/oom_score_adj").read_text()) for pid in (worker, os.getpid())}
@@ -578,7 +578,7 @@ def test_a_chunking_job_a_dead_worker_took_is_done_here_once_for_every_file_of_i
     group = [(f"pkg/m{i}.py", "".join(f"def f{i}_{j}(x):\n    return x + {j}\n\n\n" for j in range(40))) for i in range(3)]
     pool = workers.Pool(StaticEmbedder(), Settings(_env_file=None, index_workers=1))
     try:
-        job = pool.chunk(group, 200, 0)
+        job = pool.chunk(group, 200, 0, True)
         assert pool.parallel
         for pid in list(pool._executor._processes):  # type: ignore[union-attr]
             os.kill(pid, signal.SIGKILL)
@@ -766,13 +766,13 @@ def test_gettext_catalogs_are_skipped_by_default_with_the_setting_that_indexes_t
 
 
 def test_gettext_catalogs_are_walked_when_asked_for_and_their_compiled_form_never(tmp_path):
-    from moonmind_worker.text.files import Skipped, excluded_reason, walk
+    from moonmind_worker.text.files import Skipped, WalkRules, excluded_reason, walk
 
     skipped: list[Skipped] = []
-    walked = [rel for rel, _ in walk(_catalog_tree(tmp_path), skipped, catalogs=True)]
+    walked = [rel for rel, _ in walk(_catalog_tree(tmp_path), skipped, rules=WalkRules(catalogs=True))]
     assert walked == ["auth.py", "locale/de/LC_MESSAGES/django.po", "locale/django.pot"]
     assert [(s.path, s.reason) for s in skipped] == [("locale/de/LC_MESSAGES/django.mo", "lock/vendored/binary type")]
-    assert excluded_reason(tmp_path, "locale/django.pot", catalogs=True) is None
+    assert excluded_reason(tmp_path, "locale/django.pot", rules=WalkRules(catalogs=True)) is None
     assert "MOONMIND_INDEX_CATALOGS" in excluded_reason(tmp_path, "locale/django.pot")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import MoonmindError
 from ..settings import Settings
 from ..text.chunking import chunk_text, estimate_tokens, language_of
-from ..text.files import Skipped, TreeReader, walk
+from ..text.files import Skipped, TreeReader, WalkRules, walk
 from .indexer import NO_TEXT, IndexSummary, build_points, content_hash, count_seen
 from .points import embedding_text
 
@@ -51,7 +51,7 @@ LOCAL_PROVIDERS = ("static", "ollama")
 def survey(root: Path, settings: Settings) -> tuple[IndexSummary, dict[str, Any], list]:
     """Walk, read and chunk `root` as `index_repository` does: (summary with its counts, figures, a sample batch)."""
     summary = IndexSummary(repo="", tenant="")
-    files = list(walk(root, summary.skipped, catalogs=settings.index_catalogs == "on"))
+    files = list(walk(root, summary.skipped, rules=WalkRules.of(settings)))
     summary.files_seen = count_seen(files, summary.skipped)
     by_language: dict[str, dict[str, int]] = {}
     chunks = bytes_ = tokens = 0
@@ -63,7 +63,7 @@ def survey(root: Path, settings: Settings) -> tuple[IndexSummary, dict[str, Any]
             if text is None:
                 summary.skipped.append(Skipped(rel, reason or "unreadable"))
                 continue
-            found = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines)
+            found = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines, redact=settings.redact_secrets == "on")
             if not found:
                 summary.skipped.append(Skipped(rel, NO_TEXT))
                 continue

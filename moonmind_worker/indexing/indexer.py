@@ -28,7 +28,8 @@ from ..store import FileTable, PointIn, Store
 from ..store.guardrails import check_collection
 from ..store.lexstats import RunTable
 from ..store.scopes import canonical_repo
-from ..text.files import Skipped, TreeReader, listed, walk
+from ..text.files import Skipped, TreeReader, WalkRules, listed, walk
+from ..text.secrets import RULES_VERSION
 from . import batching, workers
 from .payloads import build_points as build_points  # where overlays and tests import them from
 from .payloads import payload_template as payload_template
@@ -118,8 +119,9 @@ WRITE_POINTS = 1024
 
 
 def chunk_recipe(settings: Settings) -> str:
-    """What decides a file's chunks besides its content: the chunker and its size settings."""
-    return f"v{CHUNK_RECIPE_VERSION}:{settings.chunk_chars}:{settings.chunk_overlap_lines}"
+    """What decides a file's chunks besides its content: the chunker, its size settings and the secret rules."""
+    secrets = f"redact{RULES_VERSION}" if settings.redact_secrets == "on" else "raw"
+    return f"v{CHUNK_RECIPE_VERSION}:{settings.chunk_chars}:{settings.chunk_overlap_lines}:{secrets}"
 
 
 def content_hash(text: str) -> str:
@@ -370,9 +372,9 @@ class IndexRun:
     def _start(self) -> None:
         """List the files, and start the pool that chunks and embeds them."""
         root, summary = self.root, self.summary
-        catalogs = self.settings.index_catalogs == "on"
-        self.files = list(walk(root, summary.skipped, catalogs=catalogs) if self.paths is None
-                          else listed(root, self.paths, summary.skipped, catalogs=catalogs))
+        rules = WalkRules.of(self.settings)
+        self.files = list(walk(root, summary.skipped, rules=rules) if self.paths is None
+                          else listed(root, self.paths, summary.skipped, rules=rules))
         summary.files_seen = count_seen(self.files, summary.skipped)
         self.batch_chunks = batching.batch_chunks(self.settings.embedding_batch_size)
         self.pool = workers.Pool(self.embedder, self.settings)
@@ -432,7 +434,8 @@ class IndexRun:
     def _send_group(self) -> None:
         """Hand the changed files read since the last group to one chunking job."""
         if self.group:
-            job = self.pool.chunk(self.group, self.settings.chunk_chars, self.settings.chunk_overlap_lines)
+            job = self.pool.chunk(self.group, self.settings.chunk_chars, self.settings.chunk_overlap_lines,
+                                  self.settings.redact_secrets == "on")
             for slot, entry in enumerate(self.unsent):
                 entry.slot, entry.job = slot, job
             # new lists, not cleared ones: a worker pool may not have sent the job's yet

@@ -32,7 +32,7 @@ from ..store import Match, MatchAny, PointIn, Range, SparseVec, Store, Where
 from ..store.guardrails import check_collection
 from ..store.scopes import every_overlay, run_overlay
 from ..text.chunking import Chunk, chunk_text, language_of, sha256_text
-from ..text.files import Skipped, TreeReader, excluded_reason, name_problem
+from ..text.files import Skipped, TreeReader, WalkRules, excluded_reason, name_problem
 from .indexer import content_hash
 from .payloads import build_points
 from .points import point_id
@@ -189,7 +189,7 @@ def _read_targets(
     gone: list[str] = []
     with TreeReader(root_path) as reader:  # each file read under the root, never through a link swapped in
         for rel, path in targets:
-            reason = name_problem(rel) or excluded_reason(root_path, rel, catalogs=settings.index_catalogs == "on")
+            reason = name_problem(rel) or excluded_reason(root_path, rel, rules=WalkRules.of(settings))
             if reason is not None:
                 skipped.append(Skipped(rel, reason))
                 continue
@@ -200,7 +200,7 @@ def _read_targets(
             if text is None:
                 skipped.append(Skipped(rel, why or "unreadable"))
                 continue
-            chunks = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines)
+            chunks = chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines, redact=settings.redact_secrets == "on")
             if chunks:
                 docs.append((rel, content_hash(text), chunks))
             else:

@@ -26,7 +26,7 @@ from ..store.base import Match, Where
 from ..store.guardrails import check_collection
 from ..store.scopes import canonical_repo
 from ..text.chunking import chunk_text
-from ..text.files import TreeReader, walk
+from ..text.files import TreeReader, WalkRules, walk
 from .indexer import named_file_table, stat_key
 
 
@@ -98,14 +98,15 @@ def collect_stats(
         on_disk = set()
         known = _recorded_stats(store, info, repo, tenants.pop()) if len(tenants) == 1 else {}
         with TreeReader(Path(root).resolve()) as reader:
-            for rel, _ in walk(root, catalogs=settings.index_catalogs == "on"):
+            for rel, _ in walk(root, rules=WalkRules.of(settings)):
                 if rel in known and rel in per_file:
                     st = reader.stat(rel)
                     if st is not None and stat_key(st) == known[rel] and st.st_size <= settings.max_file_bytes:
                         on_disk.add(rel)
                         continue
                 text, _ = reader.read_text(rel, settings.max_file_bytes)
-                if text is None or not chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines):
+                # whether it has chunks at all (a redacted secret leaves its marker: it never empties a text)
+                if text is None or not chunk_text(text, rel, settings.chunk_chars, settings.chunk_overlap_lines, redact=False):
                     continue  # the indexer skips these too: not an orphan
                 on_disk.add(rel)
         stats.unindexed = sorted(on_disk - set(per_file))

@@ -168,10 +168,10 @@ class Pool:
         if self._workers and chars >= self._start_at:
             self._start_at = 0
 
-    def chunk(self, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int) -> Future:
-        """Chunks of each (path, text), in order."""
+    def chunk(self, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int, redact: bool) -> Future:
+        """Chunks of each (path, text), in order; `redact`: secrets replaced first (text.chunking.chunk_text)."""
         self._seen += sum(len(text) for _, text in group)
-        return self._submit(_chunk_group, group, chunk_chars, overlap_lines)
+        return self._submit(_chunk_group, group, chunk_chars, overlap_lines, redact)
 
     def points(self, docs: list, *, repo: str, tenant: str) -> Future:
         """`payloads.build_points` of one batch (embedded as one batch, wherever it runs).
@@ -327,11 +327,11 @@ def _first_for_the_oom_killer() -> None:
         pass
 
 
-def _chunk_group(embedder: Any, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int) -> list:
+def _chunk_group(embedder: Any, group: list[tuple[str, str]], chunk_chars: int, overlap_lines: int, redact: bool) -> list:
     from ..text.chunking import chunk_text
 
     try:
-        return [chunk_text(text, rel, chunk_chars, overlap_lines) for rel, text in group]
+        return [chunk_text(text, rel, chunk_chars, overlap_lines, redact=redact) for rel, text in group]
     finally:
         if embedder is None:
             give_back_heap()

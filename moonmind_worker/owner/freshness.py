@@ -22,11 +22,16 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..text.files import WalkRules
+
 log = logging.getLogger("moonmind.owner.freshness")
 # one INFO line per batch of changes from the library itself would flood the owner's log
 logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 REGISTRY = "index-roots.json"
+#: The settings of a run that decide what its tree's files become, recorded with it: the watcher's
+#: passes take them, so a tree keeps what it was indexed with (catalogs, secret files, redaction).
+RECORDED_SWITCHES = ("index_catalogs", "index_secret_files", "redact_secrets")
 #: A watcher hands its changes on once the tree has been quiet this long (the debounce)...
 QUIET_MS = 300
 #: ...or this long after the first of them, whichever comes first (a tree that never stops changing).
@@ -67,7 +72,7 @@ def indexed(settings: Any, root: Path, repo: str, tenant: str, started: float) -
     path = _registry(settings)
     row = {"collection": settings.collection, "tenant": tenant, "repo": repo, "root": str(root.resolve()),
            "indexed_at": started, "chunk_chars": settings.chunk_chars, "chunk_overlap_lines": settings.chunk_overlap_lines,
-           "index_catalogs": settings.index_catalogs}
+           **{name: getattr(settings, name) for name in RECORDED_SWITCHES}}
     try:
         with open(path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # read-modify-write: another process may record its run meanwhile
@@ -186,7 +191,7 @@ class Freshness:
         now = time.monotonic()
         if hit is not None and now - hit[0] < CHECK_EVERY_S and hit[1] == since:
             return hit[2]
-        changed = _sample_tree(root, since, self._catalogs(root)) if os.path.isdir(root) else set()
+        changed = _sample_tree(root, since, self._rules(root)) if os.path.isdir(root) else set()
         with self._cond:
             self._samples[root] = (now, since, changed)
         return changed
@@ -207,9 +212,11 @@ class Freshness:
                 tree.watch_error = f"{type(exc).__name__}: {exc}"
             log.warning("cannot watch %s (%s): searches check its files instead", tree.root, tree.watch_error)
 
-    def _catalogs(self, root: str) -> bool:
-        """Whether a repository indexed from `root` holds its gettext catalogs (MOONMIND_INDEX_CATALOGS, recorded)."""
-        return any(r["root"] == root and r.get("index_catalogs") == "on" for r in entries(self.settings))
+    def _rules(self, root: str) -> WalkRules:
+        """What the runs that indexed `root` walked: catalogs or secret files when any of them took those (recorded)."""
+        rows = [r for r in entries(self.settings) if r["root"] == root]
+        return WalkRules(catalogs=any(r.get("index_catalogs") == "on" for r in rows),
+                         secret_files=any(r.get("index_secret_files") == "on" for r in rows))
 
     def _worth_a_look(self, root: str, path: str) -> bool:
         """Cheap rules first (in the watcher's thread, per event): skipped directories and types, the store itself.
@@ -231,7 +238,7 @@ class Freshness:
         from ..text.files import excluded_reason
 
         root = Path(tree.root)
-        catalogs = self._catalogs(tree.root)
+        rules = self._rules(tree.root)
         full, rels = False, set()
         for change, path in changes:
             rel = Path(os.path.relpath(path, root)).as_posix()
@@ -240,7 +247,7 @@ class Freshness:
             is_dir = os.path.isdir(path) and not os.path.islink(path)
             if rel.rsplit("/", 1)[-1] == ".gitignore" or (is_dir and change == Change.added):
                 full = True  # which files are in the tree changed: the whole (incremental) pass decides
-            elif not is_dir and excluded_reason(root, rel, catalogs=catalogs) is None:
+            elif not is_dir and excluded_reason(root, rel, rules=rules) is None:
                 rels.add(rel)
         if full or rels:
             with self._cond:
@@ -279,8 +286,7 @@ class Freshness:
             if row["root"] != tree.root:
                 continue
             update: dict[str, Any] = {k: row[k] for k in ("chunk_chars", "chunk_overlap_lines") if isinstance(row.get(k), int)}
-            if row.get("index_catalogs") in ("on", "off"):
-                update["index_catalogs"] = row["index_catalogs"]
+            update.update({k: row[k] for k in RECORDED_SWITCHES if row.get(k) in ("on", "off")})
             settings = self.settings.model_copy(update=update)
             args: dict[str, Any] = {"path": tree.root, "repo": row["repo"], "tenant": row["tenant"]}
             if paths is not None:
@@ -363,15 +369,15 @@ def _changed(root: Path, rel: str, content_hash: str, since: float, max_bytes: i
     return text is None or hash_of(text) != content_hash
 
 
-def _sample_tree(root: str, since: float, catalogs: bool = False) -> set[str]:
-    """Files among the tree's first CHECK_FILES (walk order; gettext catalogs with `catalogs`) modified after
+def _sample_tree(root: str, since: float, rules: WalkRules = WalkRules()) -> set[str]:
+    """Files among the tree's first CHECK_FILES (walk order, as `rules` walk) modified after
     `since`: the bounded check."""
     from itertools import islice
 
     from ..text.files import walk
 
     out = set()
-    for rel, path in islice(walk(Path(root), catalogs=catalogs), CHECK_FILES):
+    for rel, path in islice(walk(Path(root), rules=rules), CHECK_FILES):
         try:
             st = os.stat(path)
         except OSError:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from .code_chunks import Definition, code_spans
+from .secrets import redact as redact_secrets
 
 LANGUAGES: dict[str, str] = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".jsx": "javascript", ".mjs": "javascript",
@@ -273,10 +274,13 @@ def _packed_title(title: str, name: str, scope: str) -> str:
     return joined if len(joined) <= MAX_PACKED_TITLE else f"{title}, …"
 
 
-def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int = 2) -> list[Chunk]:
-    """Chunk one file's text; deterministic for the same input and settings."""
+def chunk_text(text: str, path: str, max_chars: int = 1500, overlap_lines: int = 2, *, redact: bool = True) -> list[Chunk]:
+    """Chunk one file's text; deterministic for the same input and settings. With `redact`, the secrets
+    in it are replaced first (text.secrets), so no chunk, embedding or stored term holds one."""
     if not text.strip():
         return []
+    if redact:
+        text = redact_secrets(text)[0]
     lines = text.splitlines(keepends=True)
     # a single line longer than max_chars is cut into pieces so no chunk exceeds the cap
     fixed: list[str] = []

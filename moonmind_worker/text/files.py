@@ -13,7 +13,10 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Iterator, Literal, Sequence
+from typing import Any, Iterable, Iterator, Literal, Sequence
+
+from . import git_excludes
+from .secrets import secret_file, secret_file_reason
 
 SKIP_DIRS = frozenset(
     """.git .hg .svn node_modules vendor third_party .venv venv env .env __pycache__ .mypy_cache .pytest_cache
@@ -47,6 +50,30 @@ def skipped_type(name: str, catalogs: bool = False) -> str | None:
     if not catalogs and name.endswith(CATALOG_SUFFIXES):
         return SKIPPED_CATALOG
     return None
+
+
+@dataclass(frozen=True)
+class WalkRules:
+    """What the walk leaves out beyond ignore rules and skipped directories: the parts a setting changes."""
+
+    #: index gettext catalogs (MOONMIND_INDEX_CATALOGS=on)
+    catalogs: bool = False
+    #: index secret files such as `.env` and `id_rsa` (MOONMIND_INDEX_SECRET_FILES=on; see text.secrets)
+    secret_files: bool = False
+
+    @classmethod
+    def of(cls, settings: Any) -> WalkRules:
+        return cls(catalogs=settings.index_catalogs == "on", secret_files=settings.index_secret_files == "on")
+
+
+def skipped_file(rel: str, rules: WalkRules) -> str | None:
+    """Why the file at `rel` is skipped by its name alone (its type, a catalog, a secret file), or None."""
+    why = skipped_type(rel.rpartition("/")[2], rules.catalogs)
+    if why is None and not rules.secret_files:
+        kind = secret_file(rel)
+        if kind is not None:
+            return secret_file_reason(kind)
+    return why
 
 
 @dataclass(frozen=True)
@@ -305,14 +332,16 @@ def _read_beneath(dir_fd: int, rel: str, max_bytes: int) -> bytes:
             os.close(fd)
 
 
-def _gitignore(dir_fd: int, rel: str, skipped: list[Skipped] | None = None):
-    """The ignore rules of one directory (`.gitignore`, plus `.git/info/exclude` at the root), or None.
+def _gitignore(dir_fd: int, rel: str, skipped: list[Skipped] | None = None, excludes: Sequence[str] = ()):
+    """The ignore rules of one directory (`.gitignore`; at the root also `.git/info/exclude` and the user's
+    `excludes`, core.excludesFile's lines), or None.
 
     Read relative to the directory's descriptor without following links, as git does (2.32+): a
-    `.gitignore` that is a link is not applied.
+    `.gitignore` that is a link is not applied. In git's order of precedence: the last pattern that
+    matches decides, so the user's excludes come first and the tree's own `.gitignore` last.
     """
-    patterns: list = []
-    for name in (".gitignore",) + ((".git/info/exclude",) if not rel else ()):
+    patterns: list = _patterns(list(excludes), "core.excludesFile", skipped) if not rel else []
+    for name in ((".git/info/exclude",) if not rel else ()) + (".gitignore",):
         source = f"{rel}/{name}" if rel else name
         try:
             data = _read_beneath(dir_fd, name, IGNORE_FILE_MAX_BYTES)
@@ -330,9 +359,9 @@ def _gitignore(dir_fd: int, rel: str, skipped: list[Skipped] | None = None):
     return GitIgnoreSpec(patterns)  # git's own rules (the "gitwildmatch" name is deprecated)
 
 
-def walk(root: Path, skipped: list[Skipped] | None = None, *, catalogs: bool = False) -> Iterator[tuple[str, Path]]:
-    """Yield (repo-relative POSIX path, absolute path) of candidate files, sorted, deterministic; gettext
-    catalogs only with `catalogs` (see CATALOG_SUFFIXES).
+def walk(root: Path, skipped: list[Skipped] | None = None, *, rules: WalkRules = WalkRules()) -> Iterator[tuple[str, Path]]:
+    """Yield (repo-relative POSIX path, absolute path) of candidate files, sorted, deterministic; what
+    `rules` leaves out is noted in `skipped`.
 
     Depth first in name order (a directory's files come where its name sorts), without recursion:
     each directory is opened relative to its parent, never through a link. A directory that cannot
@@ -342,7 +371,8 @@ def walk(root: Path, skipped: list[Skipped] | None = None, *, catalogs: bool = F
     specs: list[tuple[str, object]] = []  # (base rel dir, spec) stack
     stack: list[tuple[int, str, Iterator[os.DirEntry[str]], bool]] = []  # (fd, rel, entries left, has a spec)
     try:
-        _enter(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), "", stack, specs, skipped)  # the root the caller named
+        _enter(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), "", stack, specs, skipped,  # the root the caller named
+               git_excludes.lines(root))
     except OSError as exc:
         _note(skipped, ".", f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
     try:
@@ -376,7 +406,7 @@ def walk(root: Path, skipped: list[Skipped] | None = None, *, catalogs: bool = F
             elif is_file:
                 if _ignored_by(specs, child, False):
                     continue
-                why = skipped_type(e.name, catalogs)
+                why = skipped_file(child, rules)
                 if why is not None:
                     _note(skipped, child, why)
                     continue
@@ -392,7 +422,7 @@ def _note(skipped: list[Skipped] | None, path: str, reason: str, kind: str = "fi
 
 
 def _enter(fd: int, rel: str, stack: list[tuple[int, str, Iterator[os.DirEntry[str]], bool]],
-           specs: list[tuple[str, object]], skipped: list[Skipped] | None) -> None:
+           specs: list[tuple[str, object]], skipped: list[Skipped] | None, excludes: Sequence[str] = ()) -> None:
     """Push the directory `fd` (taking it over) onto walk's stack with its entries and ignore rules; closed if unlistable."""
     try:
         with os.scandir(fd) as it:
@@ -401,7 +431,7 @@ def _enter(fd: int, rel: str, stack: list[tuple[int, str, Iterator[os.DirEntry[s
         os.close(fd)
         _note(skipped, rel or ".", f"unreadable directory ({exc.strerror or type(exc).__name__})", "directory")
         return
-    spec = _gitignore(fd, rel, skipped)
+    spec = _gitignore(fd, rel, skipped, excludes)
     if spec is not None:
         specs.append((rel, spec))
     stack.append((fd, rel, iter(entries), spec is not None))
@@ -428,8 +458,8 @@ def _shown(rel: str) -> str:
     return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def excluded_reason(root: Path, rel: str, *, catalogs: bool = False) -> str | None:
-    """Why `walk(root, catalogs=catalogs)` would leave out the file `rel` (None when it would index it).
+def excluded_reason(root: Path, rel: str, *, rules: WalkRules = WalkRules()) -> str | None:
+    """Why `walk(root, rules=rules)` would leave out the file `rel` (None when it would index it).
 
     The same rules as the walk, for one path: so a file a worker names
     explicitly (a workspace overlay) is held to what the canonical index holds.
@@ -438,10 +468,11 @@ def excluded_reason(root: Path, rel: str, *, catalogs: bool = False) -> str | No
     for d in parts[:-1]:
         if d in SKIP_DIRS or d.endswith(".egg-info"):
             return f"inside a skipped directory ({d}/)"
-    why = skipped_type(parts[-1], catalogs)
+    why = skipped_file(rel, rules)
     if why is not None:
         return why
     specs: list[tuple[str, object]] = []
+    excludes = git_excludes.lines(root)
     try:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -449,7 +480,7 @@ def excluded_reason(root: Path, rel: str, *, catalogs: bool = False) -> str | No
     try:
         for i in range(len(parts)):
             base = "/".join(parts[:i])
-            spec = _gitignore(fd, base) if fd >= 0 else None
+            spec = _gitignore(fd, base, None, excludes if i == 0 else ()) if fd >= 0 else None
             if spec is not None:
                 specs.append((base, spec))
             if _ignored_by(specs, "/".join(parts[: i + 1]), i < len(parts) - 1):
@@ -468,8 +499,8 @@ def excluded_reason(root: Path, rel: str, *, catalogs: bool = False) -> str | No
 
 
 def listed(root: Path, rels: Iterable[str], skipped: list[Skipped] | None = None, *,
-           catalogs: bool = False) -> Iterator[tuple[str, Path]]:
-    """What `walk(root, catalogs=catalogs)` would yield of the paths `rels` alone, sorted: each that is a regular file it would index.
+           rules: WalkRules = WalkRules()) -> Iterator[tuple[str, Path]]:
+    """What `walk(root, rules=rules)` would yield of the paths `rels` alone, sorted: each that is a regular file it would index.
 
     Why: re-indexing the few files a watcher saw change must hold them to the walk's rules
     without walking the whole tree. A path that is gone, a link, a directory or ignored is left out.
@@ -490,8 +521,8 @@ def listed(root: Path, rels: Iterable[str], skipped: list[Skipped] | None = None
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
-        reason = excluded_reason(root, rel, catalogs=catalogs)
-        if reason in (SKIPPED_TYPE, SKIPPED_CATALOG):  # noted, as the walk notes it
+        reason = excluded_reason(root, rel, rules=rules)
+        if reason is not None and reason == skipped_file(rel, rules):  # noted, as the walk notes it
             if skipped is not None:
                 skipped.append(Skipped(rel, reason))
             continue
