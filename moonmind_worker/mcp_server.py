@@ -150,14 +150,15 @@ def _workspace(settings: Any) -> tuple[Path, ...]:
 
 
 def _absolute(path: str, what: str, settings: Any) -> Path:
-    """`path` as an absolute path: as given when absolute (`~` expanded), else under the workspace root.
+    """`path` as an absolute path: as given when absolute (`~` expanded), else under the workspace root;
+    inside the workspace once its links are followed, when the server knows one (`_confined`).
 
     Of several MCP roots, the first under which the path exists (else the first).
     """
     p = Path(path).expanduser()
-    if p.is_absolute():
-        return p
     bases = _workspace(settings)
+    if p.is_absolute():
+        return _confined(p, path, what, bases)
     if not bases:
         raise _bad(
             f"{what} {path!r} is relative, and this server does not know the client's workspace "
@@ -165,7 +166,25 @@ def _absolute(path: str, what: str, settings: Any) -> Path:
             "Pass an absolute path, or set MOONMIND_ROOT to the workspace directory in the server's "
             "environment (the `env` of the client's MCP server entry).",
         )
-    return next((b / p for b in bases if (b / p).exists()), bases[0] / p)
+    return _confined(next((b / p for b in bases if (b / p).exists()), bases[0] / p), path, what, bases)
+
+
+def _confined(p: Path, given: str, what: str, bases: tuple[Path, ...]) -> Path:
+    """`p`, when it lies inside one of the workspace's directories once every link on its way is followed.
+
+    Why: the client's roots (or MOONMIND_ROOT) say which files its agent may have read into the index; an
+    absolute path (`/etc`) or a link inside a root that leads out of it would index what the user never
+    offered. A server that knows no workspace takes absolute paths as given (the user's own configuration).
+    """
+    if not bases:
+        return p
+    real = p.resolve()
+    if any(real == b.resolve() or b.resolve() in real.parents for b in bases):
+        return p
+    where = ", ".join(str(b) for b in bases)
+    how = " once its links are followed" if real != p.absolute() else ""
+    raise _bad(f"{what} {given!r} is outside this client's workspace ({where}){how}.",
+               "Pass a path inside the workspace: the client's MCP roots, or MOONMIND_ROOT when it declares none.")
 
 
 def _resolve(path: str, what: str, settings: Any) -> str:

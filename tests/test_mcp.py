@@ -274,6 +274,33 @@ def test_a_relative_path_without_roots_or_moonmind_root_is_a_tool_error_naming_t
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("workspace", ["mcp roots", "MOONMIND_ROOT"])
+def test_a_path_outside_the_workspace_is_refused_whether_absolute_or_reached_through_a_link(env, repo, tmp_path, workspace):
+    """Issue 52: `index /etc` worked from a client with roots; a link inside a root led out of it."""
+    outside = tmp_path / "private"
+    outside.mkdir()
+    (outside / "keys.py").write_text("def load_private_keys():\n    return open('/root/.ssh/id_rsa').read()\n")
+    (repo / "escape").symlink_to(outside, target_is_directory=True)
+    options = {"list_roots_callback": roots_of(repo)} if workspace == "mcp roots" else {}
+    server_env = env if workspace == "mcp roots" else {**env, "MOONMIND_ROOT": str(repo)}
+    absolute, linked, overlay, inside = call(
+        server_env, tmp_path,
+        ("index", {"path": str(outside), "repo": "x"}),
+        ("index", {"path": "escape", "repo": "x"}),
+        ("overlay_upsert", {"paths": [str(outside / "keys.py")], "run_id": "run-o", "repo": "demo"}),
+        ("index", {"path": str(repo), "repo": "demo"}),
+        **options,
+    )
+    for result in (absolute, linked, overlay):
+        err = envelope(result)
+        assert err["code"] == "invalid_argument" and "outside this client's workspace" in err["message"], err
+        assert "MCP roots" in err["action"]
+    assert "once its links are followed" in envelope(linked)["message"]
+    assert not inside.is_error, inside.content
+    assert inside.structured_content["files_indexed"] == 4  # the workspace itself, its link not followed
+
+
+@pytest.mark.slow
 def test_overlay_of_a_path_neither_on_disk_nor_indexed_is_an_error_not_a_tombstone(prebuilt, env, tmp_path):
     (prebuilt / "auth" / "tokens.py").unlink()
     scope = {"root": str(prebuilt), "run_id": "run-d", "repo": "demo", "tenant": "acme"}
