@@ -284,3 +284,43 @@ def test_a_tree_indexed_without_its_catalogs_leaves_a_new_one_out_as_the_watcher
     until(lambda: settled(home), HANG_S, "the pass to end")
     found = search(home, "quarterly zebra orchid report", top_k=10, score_threshold=0.0)["items"]
     assert not any(i["source"].endswith(".po") for i in found)
+
+
+# ------------------------------------------- issue 52: a watched root swapped ---
+
+
+def _swap_for_a_link(root: Path, tmp_path: Path) -> Path:
+    """Move the indexed tree away and put a link to another directory (one holding a private file) in its place."""
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "vault.py").write_text("def unseal_the_vault():\n    return 'walrus-quartz'\n")
+    moved = root.with_name("repo-moved")
+    root.rename(moved)
+    root.symlink_to(private, target_is_directory=True)
+    return moved
+
+
+def _answers_from_the_link(home: Path) -> bool:
+    return any("walrus-quartz" in i["text"] for i in search(home, "unseal the vault", top_k=5)["items"])
+
+
+@pytest.mark.slow
+def test_an_owner_starting_does_not_index_a_recorded_root_that_became_a_link(indexed, env, home, tmp_path):
+    _swap_for_a_link(indexed, tmp_path)
+    proc = start_owner(env, home, tmp_path / "owner.log", "on")
+    try:
+        assert freshness(home)["trees"] == []  # not watched, so never passed over
+        assert not _answers_from_the_link(home)
+    finally:
+        stop(proc)
+    assert "replaced by a symbolic link" in (tmp_path / "owner.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_watched_root_swapped_for_a_link_is_refused_before_the_next_pass(watching, indexed, home, tmp_path):
+    moved = _swap_for_a_link(indexed, tmp_path)
+    (moved / "auth" / "tokens.py").write_text("def changed():\n    return 1\n")  # the watcher still follows this one
+    state = until(lambda: (s := freshness(home)) and s["trees"][0]["error"] and s, HANG_S, "the refused pass")
+    assert "replaced by a symbolic link" in state["trees"][0]["error"]
+    assert "rag index" in state["trees"][0]["error"]
+    assert not _answers_from_the_link(home)

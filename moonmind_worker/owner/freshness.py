@@ -17,6 +17,7 @@ import fcntl
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -70,7 +71,13 @@ def indexed(settings: Any, root: Path, repo: str, tenant: str, started: float) -
     if not settings.embedded_store:
         return  # a Qdrant server has no owner here to keep it fresh
     path = _registry(settings)
+    try:
+        st = os.stat(root.resolve())
+    except OSError as exc:
+        log.warning("could not record %s as the tree of repo %s (%s): it is not watched", root, repo, exc)
+        return
     row = {"collection": settings.collection, "tenant": tenant, "repo": repo, "root": str(root.resolve()),
+           "root_identity": [st.st_dev, st.st_ino],
            "indexed_at": started, "chunk_chars": settings.chunk_chars, "chunk_overlap_lines": settings.chunk_overlap_lines,
            **{name: getattr(settings, name) for name in RECORDED_SWITCHES}}
     try:
@@ -94,6 +101,34 @@ def indexed(settings: Any, root: Path, repo: str, tenant: str, started: float) -
     current = _current["freshness"]
     if current is not None:
         current.follow()
+
+
+def root_problem(row: dict[str, Any]) -> str | None:
+    """Why the directory recorded in `row` is not the tree that was indexed there any more (None: it is).
+
+    Why: the owner re-indexes recorded trees by themselves (at its start, on every watched change); a
+    root that another user replaced by a link (or by another directory) would have the owner index
+    what the link leads to, which the user who indexed the root may never have been able to read.
+    """
+    root = row["root"]
+    try:
+        st = os.lstat(root)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or type(exc).__name__})"
+    if stat.S_ISLNK(st.st_mode):
+        return "it was replaced by a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory any more"
+    if os.path.realpath(root) != root:
+        return "a directory on its path was replaced by a symbolic link"
+    identity = row.get("root_identity")
+    if isinstance(identity, list) and identity != [st.st_dev, st.st_ino]:
+        return "another directory stands where it was (its device and inode differ from those indexed)"
+    return None
+
+
+class RootMoved(Exception):
+    """A recorded tree is not re-indexed: its root is not the directory that was indexed (`root_problem`)."""
 
 
 # ---------------------------------------------------------------- watcher ---
@@ -157,7 +192,13 @@ class Freshness:
         """Watch every recorded tree not watched yet (called at start and after each index run)."""
         if not self.watching:
             return
-        for root in sorted({r["root"] for r in entries(self.settings)}):
+        rows = entries(self.settings)
+        for root in sorted({r["root"] for r in rows}):
+            problem = next((p for r in rows if r["root"] == root and (p := root_problem(r))), None)
+            if problem is not None:
+                if root not in self.trees:
+                    log.warning("not watching %s: %s. Index it again (rag index) if it is the tree you mean", root, problem)
+                continue
             with self._cond:
                 if self._stopped or root in self.trees or not os.path.isdir(root):
                     continue
@@ -285,6 +326,10 @@ class Freshness:
         for row in entries(self.settings):
             if row["root"] != tree.root:
                 continue
+            problem = root_problem(row)  # checked before every pass: the root may have been swapped since the last
+            if problem is not None:
+                raise RootMoved(f"{tree.root} is not re-indexed: {problem}. Index it again (rag index) if it is the "
+                                "tree you mean")
             update: dict[str, Any] = {k: row[k] for k in ("chunk_chars", "chunk_overlap_lines") if isinstance(row.get(k), int)}
             update.update({k: row[k] for k in RECORDED_SWITCHES if row.get(k) in ("on", "off")})
             settings = self.settings.model_copy(update=update)
