@@ -399,6 +399,34 @@ def test_artifacts_dir_is_configurable_and_run_ids_cannot_escape_it(mm, mm_index
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("plant", ["a shared artifacts directory", "a link for the run's directory",
+                                   "a link for the breadcrumb file"])
+def test_a_planted_link_or_a_shared_artifacts_directory_is_refused_before_anything_is_written_there(
+        mm, mm_indexed, tmp_path, plant, caplog):
+    """Issue 52: links planted in an artifacts directory another user could write made root append to its files."""
+    art = tmp_path / "arts"
+    art.mkdir(mode=0o700)
+    victim_dir = tmp_path / "root-only"
+    victim_dir.mkdir(mode=0o700)
+    victim = victim_dir / "secret.txt"
+    victim.write_text("root only\n")
+    if plant == "a shared artifacts directory":
+        art.chmod(0o777)  # anyone may plant what they like in it
+    elif plant == "a link for the run's directory":
+        (art / "run-planted").symlink_to(victim_dir, target_is_directory=True)
+    else:
+        (art / "run-planted").mkdir(mode=0o700)
+        (art / "run-planted" / "breadcrumbs.jsonl").symlink_to(victim)
+    env = {**SCOPE, "MOONMIND_ARTIFACTS_DIR": str(art), "MOONMIND_RUN_ID": "run-planted"}
+    r = mm("rag", "search", "--query", "pool", "--json", extra_env=env)
+    assert r.code == 0, r.stderr  # the search answers; only its cache is refused
+    assert r.json()["items"]
+    assert victim.read_text() == "root only\n"
+    assert [p.name for p in victim_dir.iterdir()] == ["secret.txt"]
+    assert "context pack not cached" in caplog.text and "moonmind refuses to use" in caplog.text
+
+
+@pytest.mark.slow
 def test_rag_packs_lists_the_packs_of_a_run_in_order(mm, mm_indexed):
     env = {**SCOPE, "MOONMIND_RUN_ID": "run-a"}
     ids = [mm("rag", "search", "--query", q, "--json", extra_env=env).json()["telemetry_id"] for q in ("bearer token", "connection pool")]

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from .. import modes
+from ..errors import MoonmindError
+from ..owner.trust import ensure_private_dirs, open_private_file
 from .sinks import publish, scope_fields
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,7 +31,7 @@ PACKS_DIR = "context-packs"
 BREADCRUMBS_FILE = "breadcrumbs.jsonl"
 
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._-]+")
-_made_dirs: set[Path] = set()  # directories already created by this process (one mkdir each, not per search)
+warn = logging.getLogger("moonmind_worker.artifacts")
 _record_packs: contextvars.ContextVar[bool] = contextvars.ContextVar("moonmind_record_packs", default=True)
 
 
@@ -99,20 +101,18 @@ def record_pack(pack: Any, settings: Any = None) -> Path | None:
     written: Path | None = None
     # private unless MOONMIND_UMASK says otherwise: a pack holds the code it retrieved
     file_mode = modes.file_mode(settings)
+    refused = _trusted_dirs(settings.artifacts_root, run_dir.name, PACKS_DIR)
     try:
-        if target.parent not in _made_dirs:
-            modes.makedirs(target.parent, settings)
-            _made_dirs.add(target.parent)
-        tmp = target.with_suffix(f".tmp.{os.getpid()}")
-        # the pack's JSON without building pydantic's serializer (contracts.json_dump), compact as model_dump_json
-        data = json.dumps(json_dump(pack), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, file_mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        tmp.replace(target)
-        written = target
-    except OSError:
-        _made_dirs.discard(target.parent)  # removed underneath us: create it again next time
+        if refused is None:
+            tmp = target.with_suffix(f".tmp.{os.getpid()}")
+            # the pack's JSON without building pydantic's serializer (contracts.json_dump), compact as model_dump_json
+            data = json.dumps(json_dump(pack), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            with os.fdopen(open_private_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, file_mode), "wb") as f:
+                f.write(data)
+            tmp.replace(target)  # a link planted at the target is replaced, never followed
+            written = target
+    except (OSError, MoonmindError) as exc:
+        refused = refused or (exc.message if isinstance(exc, MoonmindError) else None)
     crumb = {
         "event": "context_pack_created",
         "context_pack_id": pack.telemetry_id,
@@ -128,13 +128,16 @@ def record_pack(pack: Any, settings: Any = None) -> Path | None:
     }
     line = json.dumps(crumb, separators=(",", ":"))
     try:
-        fd = os.open(run_dir / BREADCRUMBS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, file_mode)
-        try:
-            os.write(fd, (line + "\n").encode("utf-8"))
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+        if refused is None:
+            fd = open_private_file(run_dir / BREADCRUMBS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, file_mode)
+            try:
+                os.write(fd, (line + "\n").encode("utf-8"))
+            finally:
+                os.close(fd)
+    except (OSError, MoonmindError) as exc:
+        refused = exc.message if isinstance(exc, MoonmindError) else None
+    if refused is not None:
+        warn.warning("context pack not cached: %s", refused)
     log.info(line)
     publish(
         "context_pack_created",
@@ -145,6 +148,22 @@ def record_pack(pack: Any, settings: Any = None) -> Path | None:
         **scope_fields(pack.filters),
     )
     return written
+
+
+def _trusted_dirs(root: Path, *names: str) -> str | None:
+    """Create (private) and check the artifacts directory and `names` under it; why it is refused, or None.
+
+    Why: a pack holds the code it retrieved and a breadcrumb line is appended on every search, so a link or a
+    directory another user can write, planted where they go, would have this process (root, often) write where
+    that user chose. Each directory must be ours, not a link, and writable by no one else (owner/trust.py).
+    """
+    try:
+        ensure_private_dirs(root, *names)
+    except MoonmindError as exc:
+        return exc.message
+    except OSError as exc:
+        return f"{root} cannot be created ({exc.strerror or type(exc).__name__})"
+    return None
 
 
 def prune_artifacts(settings: Any = None, now: float | None = None) -> int:
@@ -175,7 +194,6 @@ def prune_artifacts(settings: Any = None, now: float | None = None) -> int:
             continue  # removed meanwhile
         if last < cutoff:
             shutil.rmtree(run_dir, ignore_errors=True)
-            _made_dirs.discard(run_dir / PACKS_DIR)
             removed += 1
     return removed
 
