@@ -8,7 +8,7 @@ import sys
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from celery_helpers import BROKER, CELERY, ROOT, configure_app, purge, queue_env, unique_queues
+from celery_helpers import BROKER, CELERY, ROOT, configure_app, purge, queue_env, start_worker_process, stop, unique_queues
 from conftest import FIXTURE_FILES, write_tree
 
 
@@ -105,6 +105,28 @@ def test_beat_schedule_runs_the_sweep_on_the_configured_interval(env, monkeypatc
     entry = make_app(get_settings()).conf.beat_schedule[SWEEP_SCHEDULE_NAME]
     assert entry["task"] == "moonmind.rag.sweep_expired_overlays"
     assert entry["schedule"] == 42.0
+
+
+@pytest.mark.slow
+def test_beat_keeps_its_schedule_file_in_moonmind_home_not_in_the_checkout_it_started_from(env, home, tmp_path):
+    """Issue 52: `celery -B` wrote celerybeat-schedule.* into the checkout, and the owner's watcher indexed it."""
+    import time
+
+    sq, iq = unique_queues()
+    before = set(ROOT.glob("celerybeat-schedule*"))
+    e = {**queue_env(env, sq, iq), "MOONMIND_OVERLAY_SWEEP_INTERVAL_S": "1"}
+    log = tmp_path / "worker.log"
+    proc = start_worker_process(e, [sq, iq], log, "-B")  # no --schedule: the default file (the worker runs in ROOT)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not list(home.glob("celerybeat-schedule*")):
+            assert proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.1)  # polling for the file, not a synchronization
+    finally:
+        stop(proc)
+        purge(sq, iq)
+    assert list(home.glob("celerybeat-schedule*")), log.read_text()[-3000:]
+    assert set(ROOT.glob("celerybeat-schedule*")) == before
 
 
 @pytest.mark.slow

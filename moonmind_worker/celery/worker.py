@@ -19,11 +19,14 @@ import logging
 import sys
 import threading
 import time
+from pathlib import Path
 
 from celery import Celery, bootsteps, signals
+from celery.beat import PersistentScheduler
 from kombu import Queue
 
 from moonmind_worker.errors import EXIT_CONFIG, redact
+from moonmind_worker.owner.trust import ensure_private_dirs
 from moonmind_worker.settings import Settings, get_settings
 from moonmind_worker.transports import queue_client
 
@@ -118,6 +121,10 @@ def make_app(settings: Settings | None = None) -> Celery:
         # beat writes its schedule file after every send, so the file says when the sweep last went
         # (the compose healthcheck reads it: moonmind_worker/celery/beat_health.py)
         beat_sync_every=1,
+        # in MOONMIND_HOME, not beat's working directory: a schedule written into a checkout was indexed by the
+        # owner's watcher (celerybeat-schedule.db); `--schedule FILE` still chooses (compose/docker-compose.yml)
+        beat_schedule_filename=str(settings.moonmind_home / "celerybeat-schedule"),
+        beat_scheduler="moonmind_worker.celery.worker:HomeScheduler",
         beat_schedule={
             SWEEP_SCHEDULE_NAME: {
                 "task": queue_client.SWEEP,
@@ -130,6 +137,16 @@ def make_app(settings: Settings | None = None) -> Celery:
         # the embedded store has one owner: one pool process unless told otherwise (then refused)
         app.conf.worker_concurrency = 1
     return app
+
+
+class HomeScheduler(PersistentScheduler):
+    """Celery's own shelve scheduler, creating MOONMIND_HOME (private, trust-checked) when its file is kept there."""
+
+    def setup_schedule(self) -> None:
+        home = get_settings().moonmind_home
+        if Path(self.schedule_filename).parent == home:
+            ensure_private_dirs(home)
+        super().setup_schedule()
 
 
 app = make_app()
