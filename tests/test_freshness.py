@@ -324,3 +324,59 @@ def test_a_watched_root_swapped_for_a_link_is_refused_before_the_next_pass(watch
     assert "replaced by a symbolic link" in state["trees"][0]["error"]
     assert "rag index" in state["trees"][0]["error"]
     assert not _answers_from_the_link(home)
+
+
+# ----------------------------------------------- issue 52: a job's edits stay in the job ---
+
+
+def _job(cli, tmp_path: Path, tree: Path, name: str, tenant: str = "acme") -> Path:
+    """`moonmind job start` of a job run in `tree` (the documented flow: the job works in the indexed tree)."""
+    manifest = tmp_path / f"{name}.json"
+    manifest.write_text(json.dumps({"job": {"job_id": f"job-{name}", "run_id": f"run-{name}", "repo": "demo",
+                                            "tenant": tenant, "capabilities": {}}}))
+    r = cli("job", "start", "--manifest", str(manifest), cwd=tree)
+    assert r.code == 0, r.stderr
+    assert json.loads(manifest.read_text())["job"]["rag"]["workspace"] == str(tree.resolve())
+    return manifest
+
+
+def _texts(pack: dict[str, Any]) -> str:
+    return "\n".join(i["text"] for i in pack["items"])
+
+
+@pytest.mark.slow
+def test_a_jobs_edits_reach_its_own_searches_and_no_other_jobs_or_tenants(watching, indexed, home, cli, tmp_path):
+    job_a = _job(cli, tmp_path, indexed, "a")
+    (indexed / "auth" / "tokens.py").write_text("def check_bearer_token(header):\n    return 'zebra-orchid'\n")
+    (indexed / "db" / "pool.py").unlink()
+    as_a = {"filters": {**SCOPE, "run_id": "run-a"}, "top_k": 5}
+    until(lambda: "zebra-orchid" in _texts(search(home, "check bearer token", **as_a)), FRESH_WITHIN_S,
+          "job A's search to answer with its edit")
+    until(lambda: settled(home), HANG_S, "the pass to end")
+    assert "ConnectionPool" not in _texts(search(home, "connection pool", **as_a))  # its deletion hides the file for it
+
+    as_b = {"filters": {**SCOPE, "run_id": "run-b"}, "top_k": 5}
+    for seen in (search(home, "check bearer token", **as_b), search(home, "check bearer token", top_k=5)):
+        assert "zebra-orchid" not in _texts(seen) and "hmac.compare_digest" in _texts(seen)
+    assert "ConnectionPool" in _texts(search(home, "connection pool", **as_b))
+    other = owner_call(home, "search", {"query": {"query": "check bearer token", "filters": {"repo": "demo",
+                                                                                            "tenant": "globex"}}, "record": False})
+    assert "zebra-orchid" not in _texts(other)
+
+    # after the job: its edits stay out of the canonical index, even when the tree changes again
+    assert cli("job", "finish", "--manifest", str(job_a)).code == 0
+    passes = freshness(home)["passes"]
+    (indexed / "web" / "render.js").write_text("export function renderTemplate() { return 'after-the-job'; }\n")
+    until(lambda: freshness(home)["passes"] > passes and settled(home), HANG_S, "a pass over the changed tree")
+    after = search(home, "check bearer token", top_k=5)
+    assert "zebra-orchid" not in _texts(after) and "after-the-job" not in _texts(search(home, "render template", top_k=5))
+
+
+@pytest.mark.slow
+def test_rag_index_of_a_tree_a_job_left_takes_in_what_it_holds_now(watching, indexed, home, cli, tmp_path):
+    job = _job(cli, tmp_path, indexed, "c")
+    (indexed / "auth" / "tokens.py").write_text("def check_bearer_token(header):\n    return 'merged-change'\n")
+    assert cli("job", "finish", "--manifest", str(job)).code == 0
+    assert "merged-change" not in _texts(search(home, "check bearer token", top_k=5))
+    assert cli("rag", "index", str(indexed), "--repo", "demo", "--tenant", "acme").code == 0  # the owner's word
+    assert "merged-change" in _texts(search(home, "check bearer token", top_k=5))

@@ -53,6 +53,7 @@ def write_manifest(path: str, manifest: dict) -> None:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from ..entry import default_root
     from ..jobs.hook import BANNER, job_of, start_job
     from ..settings import get_settings
     from .main import note
@@ -60,7 +61,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     manifest = read_manifest(args.manifest)
     blocked: MoonmindError | None = None
     try:
-        start_job(manifest, settings=get_settings())
+        # the job's tree: the git work tree it starts in (the manifest's "workspace" names another)
+        start_job(manifest, settings=get_settings(), workspace=default_root())
     except MoonmindError as err:
         if err.code != "job_blocked":
             raise

@@ -16,13 +16,17 @@ the box's owner; queued for a gateway-only worker) and emits ``job_rag_finished`
 
 from __future__ import annotations
 
+import logging
 import os
+from pathlib import Path
 from typing import Any, MutableMapping
 
 from moonmind_worker.errors import MoonmindError
 from moonmind_worker.ids import utc_timestamp
 from moonmind_worker.observe import events
 from moonmind_worker.settings import Settings
+
+log = logging.getLogger("moonmind.jobs")
 
 BANNER = "RAG available: run `moonmind rag search` to pull context from the knowledge base."
 PROMPT_SNIPPET = "Before coding, call `moonmind rag search` to load repo knowledge from Qdrant."
@@ -96,11 +100,14 @@ def start_job(
     settings: Settings,
     environ: MutableMapping[str, str] | None = None,
     run_checks=None,
+    workspace: Path | None = None,
 ) -> dict[str, Any]:
     """Resolve and record the RAG capability in `manifest` (in place, also returned); raise `job_blocked` when required and absent.
 
     The manifest is complete (capability, reason, doctor report) even when the job is blocked,
-    so the control plane can show why.
+    so the control plane can show why. The job's tree (the manifest's ``workspace``, else `workspace`)
+    is held for its run: what changes there reaches the run's overlay, never the canonical index
+    (`owner.freshness.hold_tree`).
     """
     if run_checks is None:
         from moonmind_worker.jobs.doctor import run_checks
@@ -143,6 +150,7 @@ def start_job(
         "environment": {ENV_FIELDS[k]: v for k, v in scope.items()},
         "doctor": report.to_dict(),
         "started_at": utc_timestamp(),
+        "workspace": _hold_workspace(job, workspace, scope, settings),
     }
 
     events.publish("rag_capability_resolved", **fields, capability=capability, reason=reason, required=required, blocked=blocked)
@@ -159,6 +167,24 @@ def start_job(
             remedy or "Run `moonmind worker doctor` and fix what it reports.",
         )
     return manifest
+
+
+def _hold_workspace(job: dict[str, Any], workspace: Path | None, scope: dict[str, str], settings: Settings) -> str | None:
+    """Hold the job's tree for its run (see start_job); the tree held, or None (no tree, no run id, or not recorded)."""
+    from moonmind_worker.owner.freshness import hold_tree
+
+    given = job.get("workspace")
+    root = Path(given) if isinstance(given, str) and given else workspace
+    if root is None or not scope.get("run_id") or not root.is_dir():
+        return None
+    try:
+        hold_tree(settings, root, run_id=scope["run_id"], repo=scope.get("repo") or settings.repo or "",
+                  tenant=scope.get("tenant") or settings.scope_tenant, job_id=scope.get("job_id", ""))
+    except OSError as exc:
+        log.warning("the job's tree %s is not held for run %s (%s): a watching owner may index its edits", root,
+                    scope["run_id"], exc)
+        return None
+    return str(root.resolve())
 
 
 def finish_job(
@@ -187,6 +213,7 @@ def finish_job(
             clean = {"skipped": "the manifest has no run_id"}
         else:
             clean = _clean_run(run_id, job_settings, enqueue)
+            _release_workspace(run_id, settings)
         rag["overlay_clean"] = clean
         rag["finished_at"] = utc_timestamp()
         rag["outcome"] = outcome
@@ -194,6 +221,15 @@ def finish_job(
     finally:
         events.scope_override.reset(token)
     return manifest
+
+
+def _release_workspace(run_id: str, settings: Settings) -> None:
+    from moonmind_worker.owner.freshness import release_trees
+
+    try:
+        release_trees(settings, run_id)
+    except OSError as exc:
+        log.warning("the trees of run %s stay recorded as held by a running job (%s)", run_id, exc)
 
 
 def _clean_run(run_id: str, settings: Settings, enqueue=None) -> dict[str, Any]:

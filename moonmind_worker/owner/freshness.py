@@ -80,21 +80,12 @@ def indexed(settings: Any, root: Path, repo: str, tenant: str, started: float) -
            "root_identity": [st.st_dev, st.st_ino],
            "indexed_at": started, "chunk_chars": settings.chunk_chars, "chunk_overlap_lines": settings.chunk_overlap_lines,
            **{name: getattr(settings, name) for name in RECORDED_SWITCHES}}
+    key = (settings.collection, tenant, repo)
     try:
-        with open(path.with_suffix(".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # read-modify-write: another process may record its run meanwhile
-            try:
-                rows = json.loads(path.read_text(encoding="utf-8")).get("roots") or []
-            except (OSError, ValueError, AttributeError):
-                rows = []
-            key = (settings.collection, tenant, repo)
-            rows = [r for r in rows if isinstance(r, dict) and (r.get("collection"), r.get("tenant"), r.get("repo")) != key]
-            tmp = path.with_name(f".{path.name}.{os.getpid()}")
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"roots": [*rows, row]}, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)  # readers see the old registry or the new one, never half of one
+        _rewrite(path, "roots", lambda rows: [*(r for r in rows if (r.get("collection"), r.get("tenant"), r.get("repo")) != key), row])
+        # a new index of the tree is what its owner asked for: a job's past edits in it are no longer held back
+        _rewrite(_claims_file(settings), "trees", lambda rows: [r for r in rows if r.get("root") != row["root"]
+                                                                 or r.get("released_at") is None])
     except OSError as exc:
         log.warning("could not record %s as the tree of repo %s (%s): it is not watched", root, repo, exc)
         return
@@ -131,6 +122,68 @@ class RootMoved(Exception):
     """A recorded tree is not re-indexed: its root is not the directory that was indexed (`root_problem`)."""
 
 
+def _rewrite(path: Path, key: str, change: Any) -> None:
+    """Read-modify-write the JSON list `key` of the file at `path` under its lock (`change`: rows -> rows)."""
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may record its own meanwhile
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8")).get(key) or []
+        except (OSError, ValueError, AttributeError):
+            rows = []
+        rows = change([r for r in rows if isinstance(r, dict)])
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({key: rows}, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # readers see the old file or the new one, never half of one
+
+
+# ------------------------------------------------------------- job trees ---
+# A job works in a tree the owner may watch (the documented flow: the repository indexed, then a job run
+# in it). What the job changes there is its run's, not the tenant's: while the job holds the tree, the
+# watcher writes those changes to the run's overlay (as `rag overlay upsert` would), and once the job is
+# done the tree is held back from canonical passes until `rag index` of it says what it should hold.
+
+JOB_TREES = "job-trees.json"
+#: How long a job's watched edits stay in its overlay (as `rag overlay upsert`'s default); `job finish` removes them.
+JOB_OVERLAY_TTL = "24h"
+
+
+def _claims_file(settings: Any) -> Path:
+    return Path(settings.moonmind_home) / JOB_TREES
+
+
+def job_trees(settings: Any) -> list[dict[str, Any]]:
+    """The trees jobs hold: root, run_id, repo, tenant, job_id, claimed_at, released_at (None while the job runs)."""
+    try:
+        data = json.loads(_claims_file(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    rows = data.get("trees") if isinstance(data, dict) else None
+    return [r for r in rows or [] if isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("root", "run_id", "repo", "tenant"))]
+
+
+def hold_tree(settings: Any, root: Path, *, run_id: str, repo: str, tenant: str, job_id: str = "") -> None:
+    """Record that the job of `run_id` works in `root`: the watcher sends what changes there to that run's overlay."""
+    if not settings.embedded_store:
+        return  # no owner here watches a tree for a Qdrant server
+    row = {"root": str(root.resolve()), "run_id": run_id, "repo": repo, "tenant": tenant, "job_id": job_id,
+           "claimed_at": time.time(), "released_at": None}
+    _rewrite(_claims_file(settings), "trees",
+             lambda rows: [*(r for r in rows if (r.get("root"), r.get("run_id")) != (row["root"], run_id)), row])
+
+
+def release_trees(settings: Any, run_id: str) -> None:
+    """The job of `run_id` is done: the trees it held stay held back from canonical passes (its edits may remain)."""
+    if not settings.embedded_store:
+        return
+    now = time.time()
+    _rewrite(_claims_file(settings), "trees",
+             lambda rows: [{**r, "released_at": now} if r.get("run_id") == run_id and r.get("released_at") is None else r
+                           for r in rows])
+
+
 # ---------------------------------------------------------------- watcher ---
 
 
@@ -153,9 +206,9 @@ class _Tree:
 class Freshness:
     """The owner's watchers and the one thread that re-indexes what they saw change."""
 
-    def __init__(self, settings: Any, run_index: Any) -> None:
+    def __init__(self, settings: Any, run: Any) -> None:
         self.settings = settings
-        self._run_index = run_index  # ops.run("index", …), given by the server: ops reads this module's state
+        self._run = run  # ops.run, given by the server: ops reads this module's state
         self.watching = settings.watch == "on"
         self.trees: dict[str, _Tree] = {}
         self.passes = 0
@@ -322,24 +375,70 @@ class Freshness:
                 self._cond.notify_all()
 
     def _pass(self, tree: _Tree, paths: list[str] | None) -> None:
-        """One re-index of `tree` for each repository indexed from it, through the same operation as `rag index`."""
-        for row in entries(self.settings):
-            if row["root"] != tree.root:
-                continue
+        """One re-index of `tree` for each repository indexed from it, through the same operation as `rag index`;
+        for a tree a job holds, its run's overlay instead (`_job_pass`)."""
+        rows = [row for row in entries(self.settings) if row["root"] == tree.root]
+        for row in rows:
             problem = root_problem(row)  # checked before every pass: the root may have been swapped since the last
             if problem is not None:
                 raise RootMoved(f"{tree.root} is not re-indexed: {problem}. Index it again (rag index) if it is the "
                                 "tree you mean")
+        held = [c for c in job_trees(self.settings) if c["root"] == tree.root]
+        if held:
+            self._job_pass(tree, paths, held)
+            return
+        for row in rows:
             update: dict[str, Any] = {k: row[k] for k in ("chunk_chars", "chunk_overlap_lines") if isinstance(row.get(k), int)}
             update.update({k: row[k] for k in RECORDED_SWITCHES if row.get(k) in ("on", "off")})
             settings = self.settings.model_copy(update=update)
             args: dict[str, Any] = {"path": tree.root, "repo": row["repo"], "tenant": row["tenant"]}
             if paths is not None:
                 args["paths"] = paths
-            report = self._run_index(args, settings)
+            report = self._run("index", args, settings)
             log.info("re-indexed %s (repo %s, %s): %d changed, %d deleted, %d chunks written, %.2f s",
                      tree.root, row["repo"], "whole tree" if paths is None else f"{len(paths)} changed paths",
                      report["files_indexed"], report["files_deleted"], report["chunks_written"], report["seconds"])
+
+    def _job_pass(self, tree: _Tree, paths: list[str] | None, held: list[dict[str, Any]]) -> None:
+        """What changed in a tree a job holds goes to that job's run overlay, never to the canonical index.
+
+        A whole pass (the watch's start, a new directory, a .gitignore) takes every file modified since the job
+        took the tree. Once the job is done, or when two jobs hold one tree (whose edit is whose?), nothing is
+        written: the tree waits for `rag index`.
+        """
+        running = [c for c in held if c.get("released_at") is None]
+        if len(running) != 1:
+            why = "the jobs that held it are done" if not running else f"{len(running)} jobs hold it"
+            log.info("not re-indexing %s: %s, so what changed there is theirs (rag index of it takes it in)", tree.root, why)
+            return
+        job = running[0]
+        if paths is None:
+            since = float(job.get("claimed_at") or 0)
+            paths = sorted(_changed_since(tree.root, since, self._rules(tree.root)))
+        if not paths:
+            return
+        args = {"paths": [os.path.join(tree.root, p) for p in paths], "root": tree.root, "run_id": job["run_id"],
+                "repo": job["repo"], "tenant": job["tenant"], "ttl": JOB_OVERLAY_TTL}
+        report = self._run("overlay_upsert", args, self.settings)
+        log.info("%s is held by run %s: %d changed paths to its overlay (%d files, %d tombstones)", tree.root,
+                 job["run_id"], len(paths), len(report.get("files", [])), len(report.get("tombstones", [])))
+
+
+def _changed_since(root: str, since: float, rules: WalkRules, limit: int | None = None) -> set[str]:
+    """The files of the tree (as `rules` walk it; the first `limit` of them) modified after `since`."""
+    from itertools import islice
+
+    from ..text.files import walk
+
+    out = set()
+    for rel, path in islice(walk(Path(root), rules=rules), limit):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if max(st.st_mtime, st.st_ctime) > since:
+            out.add(rel)
+    return out
 
 
 def current() -> Freshness | None:
@@ -415,18 +514,5 @@ def _changed(root: Path, rel: str, content_hash: str, since: float, max_bytes: i
 
 
 def _sample_tree(root: str, since: float, rules: WalkRules = WalkRules()) -> set[str]:
-    """Files among the tree's first CHECK_FILES (walk order, as `rules` walk) modified after
-    `since`: the bounded check."""
-    from itertools import islice
-
-    from ..text.files import walk
-
-    out = set()
-    for rel, path in islice(walk(Path(root), rules=rules), CHECK_FILES):
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        if max(st.st_mtime, st.st_ctime) > since:
-            out.add(rel)
-    return out
+    """Files among the tree's first CHECK_FILES (walk order, as `rules` walk) modified after `since`: the bounded check."""
+    return _changed_since(root, since, rules, CHECK_FILES)

@@ -105,7 +105,7 @@ class OwnerServer:
             from .freshness import Freshness
             from .ops import run
 
-            self.freshness = Freshness(self.settings, lambda args, settings: run("index", args, settings)).start()
+            self.freshness = Freshness(self.settings, run).start()
         return self
 
     def stop(self) -> None:
