@@ -34,6 +34,8 @@ def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple
         denied_remedy = "Ask the provider for access to this model, or configure another model."
     if isinstance(exc, MoonmindError):
         return False, exc
+    if isinstance(exc.__cause__, MoonmindError):  # raised where a client library read the answer, wrapped by it
+        return False, exc.__cause__
     name = type(exc).__name__
     kinds = _library_errors()
     status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)

@@ -60,6 +60,7 @@ class EmbeddingsServer:
         self.hold_after: int | None = None  # calls after the Nth wait for `released` (a sync caught mid-way)
         self.released = threading.Event()
         self.holding = threading.Event()  # set while a call is held
+        self.pad_bytes = 0  # every answer carries this many bytes more (an answer too large to take)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -133,8 +134,11 @@ class EmbeddingsServer:
         with self.lock:
             self.texts_embedded += len(texts)
         words = sum(len(t.split()) for t in texts)
-        return 200, {"object": "list", "data": data, "model": body.get("model"),
-                     "usage": {"prompt_tokens": words, "total_tokens": words}}
+        answer = {"object": "list", "data": data, "model": body.get("model"),
+                  "usage": {"prompt_tokens": words, "total_tokens": words}}
+        if self.pad_bytes:
+            answer["padding"] = "x" * self.pad_bytes
+        return 200, answer
 
     def close(self) -> None:
         self._httpd.shutdown()

@@ -106,3 +106,70 @@ def test_missing_key_is_refused_before_any_request(invoke, repo, server, openai_
     assert r.code == 3 and r.error()["code"] == "missing_credentials"
     assert "OPENAI_API_KEY" in r.error()["message"]
     assert server.requests == []
+
+
+# ------------------------------------------- issue 52: the provider's answers are checked ---
+
+
+def _embedder(server: EmbeddingsServer, dims: int | None = None, timeout_s: float = 30.0):
+    from pathlib import Path
+    from tempfile import mkdtemp
+
+    from moonmind_worker.embedding.openai_compatible import OpenAICompatibleEmbedder
+
+    return OpenAICompatibleEmbedder(MODEL, KEY, server.base_url, "openai", None, timeout_s, 8, Path(mkdtemp()),
+                                    known_dimensions=dims)
+
+
+def _answering(vectors):
+    s = EmbeddingsServer(embed=vectors, api_key=KEY)
+    return s
+
+
+@pytest.mark.parametrize("name, vectors, says", [
+    ("a NaN", lambda texts: [[float("nan")] + v[1:] for v in bow_vectors(texts)], "not a finite number"),
+    ("an infinity", lambda texts: [[float("inf")] + v[1:] for v in bow_vectors(texts)], "not a finite number"),
+    ("one vector fewer", lambda texts: bow_vectors(texts)[:-1], "vectors (indices"),
+    ("an all-zero vector", lambda texts: [[0.0] * DIMS for _ in texts], "all-zero vector"),
+    ("vectors of two sizes", lambda texts: [v[: DIMS - i] for i, v in enumerate(bow_vectors(texts))], "sizes"),
+])
+def test_an_answer_that_is_not_one_good_vector_per_input_is_refused_before_anything_is_stored(name, vectors, says):
+    from moonmind_worker.errors import MoonmindError
+
+    server = _answering(vectors)
+    try:
+        with pytest.raises(MoonmindError) as caught:
+            _embedder(server, DIMS).embed_documents(["check bearer token", "connection pool"])
+    finally:
+        server.close()
+    assert caught.value.code == "embedding_provider_error"
+    assert says in caught.value.message and "nothing was stored" in caught.value.action
+    assert server.calls == 1  # a malformed answer is not retried
+
+
+def test_a_vector_of_another_size_than_the_models_is_refused():
+    from moonmind_worker.errors import MoonmindError
+
+    server = _answering(lambda texts: [v + [1.0] for v in bow_vectors(texts)])
+    try:
+        with pytest.raises(MoonmindError) as caught:
+            _embedder(server, DIMS).embed_query("check bearer token")
+    finally:
+        server.close()
+    assert f"{DIMS + 1} dimensions where this model gives {DIMS}" in caught.value.message
+
+
+def test_an_answer_larger_than_the_bound_is_an_error_that_says_so():
+    from moonmind_worker.embedding.openai_compatible import MAX_ANSWER_BYTES
+    from moonmind_worker.errors import MoonmindError
+
+    server = _answering(bow_vectors)
+    server.pad_bytes = MAX_ANSWER_BYTES + 1
+    try:
+        with pytest.raises(MoonmindError) as caught:
+            _embedder(server, DIMS).embed_query("check bearer token")
+    finally:
+        server.close()
+    assert caught.value.code == "embedding_provider_error"
+    assert "larger than 32 MiB" in caught.value.message
+    assert server.calls == 1
