@@ -72,6 +72,10 @@ def frame(line: bytes) -> tuple[Any, Any]:
         return None, _error(rid, types.INVALID_PARAMS if params else INVALID_REQUEST,
                             f"Invalid {'params' if params else 'Request'}: a string holds a lone surrogate "
                             "(half of a UTF-16 pair), which is not valid Unicode text.")
+    if "id" in request and rid is None:
+        # the SDK reads a request whose id is not a string or an integer as a notification, which nobody answers
+        return None, _error(None, INVALID_REQUEST, "Invalid Request: the id must be a string or an integer "
+                            f"(got {type(request['id']).__name__ if request['id'] is not None else 'null'}).")
     try:
         return types.jsonrpc_message_adapter.validate_json(text, by_name=False), None
     except ValueError as exc:  # pydantic's ValidationError is a ValueError

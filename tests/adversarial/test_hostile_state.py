@@ -174,6 +174,18 @@ def test_a_malformed_mcp_frame_gets_a_json_rpc_parse_error(mcp):
     assert mcp.answer()["id"] == 4  # and the server keeps serving
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("rid", ['{"a": 1}', "[1]", "1.5", "null", "true"])
+def test_a_request_whose_id_is_not_a_string_or_an_integer_gets_an_invalid_request_error(mcp, rid):
+    """Issue 52: the SDK took such a request for a notification, and the client waited for good."""
+    mcp.send(f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/list"}}')
+    answer = mcp.answer(timeout=30)
+    assert answer["id"] is None and answer["error"]["code"] == -32600, answer
+    assert "string or an integer" in answer["error"]["message"]
+    mcp.send('{"jsonrpc":"2.0","id":5,"method":"tools/list"}')
+    assert mcp.answer()["id"] == 5  # and the server keeps serving
+
+
 # ------------------------------------------------------------- file modes ---
 
 
