@@ -6,7 +6,9 @@ are raw AF_UNIX connections (the misbehaving ones) or the CLI as a user runs it.
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -178,3 +180,41 @@ def test_a_running_operation_is_not_evicted_by_new_connections(env, home, tmp_pa
         stop(proc)
         server.close()
     assert message["result"]["files_seen"] == 2, message
+
+
+# ------------------------------------------- issue 52: a stale hand-over marker ---
+
+
+def test_a_hand_over_marker_names_its_writer_while_it_hands_over(tmp_path):
+    from moonmind_worker.owner import handover
+
+    handover.announce(tmp_path, "serve")
+    assert handover.pending(tmp_path) == os.getpid()
+    handover.withdraw(tmp_path)
+    assert handover.pending(tmp_path) is None
+
+
+def test_a_marker_whose_pid_was_reused_by_another_live_process_is_stale(tmp_path):
+    """Issue 52: a marker left by a newcomer that died, naming a PID now someone else's, held every command 61 s."""
+    from moonmind_worker.owner import handover
+
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / handover.MARKER).write_text(f"{other.pid} serve 1")  # started at tick 1: not this sleep
+        assert handover.pending(tmp_path) is None
+        (tmp_path / handover.MARKER).write_text(f"{other.pid} serve {handover.started(other.pid)}")
+        assert handover.pending(tmp_path) == other.pid
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_marker_older_than_a_hand_over_may_take_is_stale(tmp_path):
+    from moonmind_worker.owner import handover
+
+    marker = tmp_path / handover.MARKER
+    marker.write_text(f"{os.getpid()} serve")  # the format before start times: a live PID alone
+    assert handover.pending(tmp_path) == os.getpid()
+    old = time.time() - handover.HANDOVER_S - 60
+    os.utime(marker, (old, old))
+    assert handover.pending(tmp_path) is None

@@ -21,6 +21,8 @@ MARKER = "owner.next"
 #: and how long a client waits for the newcomer's socket.
 HANDOVER_S = 60.0
 _POLL_S = 0.02
+#: A marker this much older than HANDOVER_S names no hand-over in progress.
+_SLACK_S = 5.0
 
 
 def _marker(store_dir: Path) -> Path:
@@ -33,7 +35,7 @@ def announce(store_dir: Path, role: str) -> Path:
     tmp = path.with_name(f".{MARKER}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, f"{os.getpid()} {role}".encode())
+        os.write(fd, f"{os.getpid()} {role} {started(os.getpid()) or ''}".strip().encode())
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -51,22 +53,42 @@ def withdraw(store_dir: Path) -> None:
 
 
 def pending(store_dir: Path, exclude: int | None = None) -> int | None:
-    """The PID of a live process taking the store over (other than `exclude`), or None."""
+    """The PID of a live process taking the store over (other than `exclude`), or None.
+
+    A marker is stale, and ignored, when it is older than a hand-over may take or when the process it
+    names is not the one that wrote it (its PID reused since: the start time it wrote differs). Why:
+    a marker left behind by a newcomer that died made every command wait out HANDOVER_S (61 s).
+    """
     try:
         fd = os.open(_marker(store_dir), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
+        written = os.fstat(fd).st_mtime
         text = os.read(fd, 128).decode(errors="replace")
     finally:
         os.close(fd)
+    fields = text.split()
     try:
-        pid = int(text.split()[0])
+        pid = int(fields[0])
     except (ValueError, IndexError):
         return None
-    if pid == exclude or not alive(pid):
+    if pid == exclude or not alive(pid) or time.time() - written > HANDOVER_S + _SLACK_S:
+        return None
+    if len(fields) > 2 and started(pid) not in (None, fields[2]):
         return None
     return pid
+
+
+def started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat's 22nd field), or None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # after the command name, which may hold spaces and parentheses
+    return fields[19] if len(fields) > 19 else None
 
 
 def wait_while_pending(store_dir: Path, until: float, attempt) -> object | None:
