@@ -218,3 +218,19 @@ def test_a_marker_older_than_a_hand_over_may_take_is_stale(tmp_path):
     old = time.time() - handover.HANDOVER_S - 60
     os.utime(marker, (old, old))
     assert handover.pending(tmp_path) is None
+
+
+@pytest.mark.slow
+def test_a_request_larger_than_the_owner_reads_is_refused_by_name_and_the_owner_keeps_serving(owner, home):
+    """Issue 52: a 30-50 MB MCP query came back as store_busy "owner went away" while the owner was alive."""
+    from moonmind_worker.errors import MoonmindError
+    from moonmind_worker.owner.client import connect
+
+    huge = {"query": {"query": "pool " * (protocol.MAX_REQUEST_BYTES // 4), "filters": {"repo": "demo"}}, "record": False}
+    with pytest.raises(MoonmindError) as caught:
+        connect(home / "qdrant-edge", "moonmind__repo").call("search", huge)
+    assert caught.value.code == "invalid_argument"
+    assert "MiB" in caught.value.message and "MOONMIND_MAX_QUERY_CHARS" in caught.value.action
+    pack = connect(home / "qdrant-edge", "moonmind__repo").call("search", {"query": {"query": "bearer token", "filters": {
+        "repo": "demo", "tenant": "acme"}}, "record": False})
+    assert pack["items"]

@@ -85,8 +85,17 @@ class Owner:
         request = {"v": protocol.VERSION, "op": op, "args": args, "scope": scope or {}, "progress": progress is not None}
         if settings is not None:
             request["settings"] = settings
+        line = protocol.encode(request)
+        if len(line) > protocol.MAX_REQUEST_BYTES:  # the owner would stop reading it: say so, not "owner went away"
+            self.close()
+            raise MoonmindError(
+                "invalid_argument",
+                f"The {op} request is {len(line) / (1 << 20):.1f} MiB; the store's owner takes requests of at most "
+                f"{protocol.MAX_REQUEST_BYTES >> 20} MiB.",
+                "Shorten the query (only its first MOONMIND_MAX_QUERY_CHARS characters are searched) or pass fewer paths.",
+            )
         try:
-            self.sock.sendall(protocol.encode(request))
+            self.sock.sendall(line)
             reader = protocol.LineReader(self.sock)
             while True:
                 wait = protocol.SILENCE_S
