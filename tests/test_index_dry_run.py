@@ -17,7 +17,7 @@ from conftest import FIXTURE_FILES
 #: The fixture tree plus one file of each reason a file is skipped.
 SKIPS = {
     ".gitignore": "*.log\nbuild-cache/\n",
-    "debug.log": "ignored by .gitignore\n",
+    "debug.log": "ignored by git's ignore rules (.gitignore, .git/info/exclude or core.excludesFile)\n",
     "empty.py": "\n\n",
     "lock/package-lock.json": "{}\n",
     "big.txt": "word " * 400,

@@ -225,7 +225,7 @@ def test_a_run_stopped_between_upsert_and_stale_delete_is_repaired_by_the_next_r
 @pytest.mark.slow
 def test_a_nested_gitignore_negation_re_includes_what_the_root_excluded(cli, repo):
     """git's rule: the deepest .gitignore with a matching pattern decides."""
-    from moonmind_worker.text.files import excluded_reason
+    from moonmind_worker.text.files import IGNORED_BY_GIT, excluded_reason
 
     (repo / ".gitignore").write_text("*.log\n")
     (repo / "debug.log").write_text("root level log line about the cache\n")
@@ -238,7 +238,7 @@ def test_a_nested_gitignore_negation_re_includes_what_the_root_excluded(cli, rep
     assert "logs/audit.log" in paths and "debug.log" not in paths
     assert s["files_seen"] == len(FIXTURE_FILES) + 3  # both .gitignore files and logs/audit.log
     assert excluded_reason(repo, "logs/audit.log") is None
-    assert excluded_reason(repo, "debug.log") == "ignored by .gitignore"
+    assert excluded_reason(repo, "debug.log") == IGNORED_BY_GIT
 
 
 @pytest.mark.slow  # two real index processes of ~1,000 chunks

@@ -23,6 +23,7 @@ from moonmind_worker.retrieval.overlay_plan import plan_search
 from moonmind_worker.retrieval.pipeline import retrieve_context_pack
 from moonmind_worker.retrieval.ranking import Candidate
 from moonmind_worker.store import Match, Range, SearchSpec, Where
+from moonmind_worker.text.files import IGNORED_BY_GIT
 
 from conftest import FIXTURE_FILES, write_tree
 
@@ -467,7 +468,7 @@ def test_binary_oversized_and_ignored_files_are_skipped_with_a_reason(edge_world
     reasons = {k.path: k.reason for k in s.skipped}
     assert reasons["blob.dat"] == "binary"
     assert "larger than" in reasons["big.py"]
-    assert reasons["secrets.env"] == "ignored by .gitignore"
+    assert reasons["secrets.env"] == IGNORED_BY_GIT
     assert reasons["package-lock.json"] == "lock/vendored/binary type"
     assert s.files == ["docs/guide.md"]
 

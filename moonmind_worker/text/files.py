@@ -468,9 +468,19 @@ def excluded_reason(root: Path, rel: str, *, rules: WalkRules = WalkRules()) -> 
     for d in parts[:-1]:
         if d in SKIP_DIRS or d.endswith(".egg-info"):
             return f"inside a skipped directory ({d}/)"
-    why = skipped_file(rel, rules)
+    why = skipped_type(parts[-1], rules.catalogs)
     if why is not None:
         return why
+    why = _ignored_reason(root, parts) or skipped_file(rel, rules)  # a secret file git ignores: git's reason
+    return why
+
+
+#: Why a path git ignores is left out (by a `.gitignore`, `.git/info/exclude` or the user's core.excludesFile).
+IGNORED_BY_GIT = "ignored by git's ignore rules (.gitignore, .git/info/exclude or core.excludesFile)"
+
+
+def _ignored_reason(root: Path, parts: tuple[str, ...]) -> str | None:
+    """IGNORED_BY_GIT when the ignore rules along `parts` (read as the walk reads them) leave the path out."""
     specs: list[tuple[str, object]] = []
     excludes = git_excludes.lines(root)
     try:
@@ -484,7 +494,7 @@ def excluded_reason(root: Path, rel: str, *, rules: WalkRules = WalkRules()) -> 
             if spec is not None:
                 specs.append((base, spec))
             if _ignored_by(specs, "/".join(parts[: i + 1]), i < len(parts) - 1):
-                return "ignored by .gitignore"
+                return IGNORED_BY_GIT
             if fd >= 0 and i < len(parts) - 1:  # the next directory's rules, read as the walk reads them
                 try:
                     sub = os.open(parts[i], _DIR_FLAGS, dir_fd=fd)

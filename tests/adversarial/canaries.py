@@ -70,7 +70,11 @@ def seed(root: Path) -> Path:
 
 
 def found_in(paths: list[Path] | Path, texts: tuple[str, ...] = ()) -> list[str]:
-    """Each 'canary @ where' found in the files under `paths` (read as bytes) and in `texts`."""
+    """Each 'canary @ where' found in the files under `paths` (read as bytes) and in `texts`.
+
+    The raw bytes alone can miss one: Qdrant Edge compresses its payload pages, so a stored canary may sit
+    behind a back-reference. Scan the payloads read back through the store as `texts` too (test_canaries.py).
+    """
     hits = []
     needles = canaries()
     for i, text in enumerate(texts):
