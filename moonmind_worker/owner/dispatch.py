@@ -7,6 +7,7 @@ doctor's checks, which ask the owner through the client. Kept in one module, tha
 
 from __future__ import annotations
 
+from ..errors import MoonmindError
 from .client import OwnerGone, find, scope_of
 
 TYPE_CHECKING = False  # annotations only: like the thin client, this path imports no `typing`
@@ -40,8 +41,7 @@ def execute(
             break
         pid = owner.pid
         try:
-            return owner.call(op, args, scope=scope_of(settings), settings=settings.wire(), progress=progress,
-                              timeout_s=timeout_s)
+            return _call(owner, settings, op, args, progress, timeout_s)
         except OwnerGone:
             gone = pid
     if gone is not None:
@@ -53,5 +53,15 @@ def execute(
 
     try:
         return run(op, args, settings, progress=progress)
+    except MoonmindError as err:
+        # the store was held by an owner still starting (another command's auto owner): now that it listens, use it
+        owner = find(settings, collection, start=False) if err.code == "store_busy" else None
+        if owner is None:
+            raise
+        return _call(owner, settings, op, args, progress, timeout_s)
     finally:
         runtime.let_go_unless_serving()
+
+
+def _call(owner: Any, settings: Any, op: str, args: dict[str, Any], progress: Any, timeout_s: float | None) -> Any:
+    return owner.call(op, args, scope=scope_of(settings), settings=settings.wire(), progress=progress, timeout_s=timeout_s)
