@@ -305,8 +305,14 @@ def _answers_from_the_link(home: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_an_owner_starting_does_not_index_a_recorded_root_that_became_a_link(indexed, env, home, tmp_path):
+@pytest.mark.parametrize("whose", ["the same user's", "another user's"])
+def test_an_owner_starting_does_not_index_a_recorded_root_that_became_a_link(indexed, env, home, tmp_path, whose):
     _swap_for_a_link(indexed, tmp_path)
+    if whose == "another user's":  # a 0700 directory of uid 4242: the owner (root here) could read it, its user could not
+        if os.geteuid() != 0:
+            pytest.skip("making another user's directory needs root")
+        os.chown(tmp_path / "private", 4242, 4242)
+        (tmp_path / "private").chmod(0o700)
     proc = start_owner(env, home, tmp_path / "owner.log", "on")
     try:
         assert freshness(home)["trees"] == []  # not watched, so never passed over
@@ -347,6 +353,7 @@ def _texts(pack: dict[str, Any]) -> str:
 @pytest.mark.slow
 def test_a_jobs_edits_reach_its_own_searches_and_no_other_jobs_or_tenants(watching, indexed, home, cli, tmp_path):
     job_a = _job(cli, tmp_path, indexed, "a")
+    job_b = _job(cli, tmp_path, write_tree(tmp_path / "tree-b", {"notes.md": "job B's own clone\n"}), "b")
     (indexed / "auth" / "tokens.py").write_text("def check_bearer_token(header):\n    return 'zebra-orchid'\n")
     (indexed / "db" / "pool.py").unlink()
     as_a = {"filters": {**SCOPE, "run_id": "run-a"}, "top_k": 5}
@@ -365,6 +372,7 @@ def test_a_jobs_edits_reach_its_own_searches_and_no_other_jobs_or_tenants(watchi
 
     # after the job: its edits stay out of the canonical index, even when the tree changes again
     assert cli("job", "finish", "--manifest", str(job_a)).code == 0
+    assert cli("job", "finish", "--manifest", str(job_b)).code == 0
     passes = freshness(home)["passes"]
     (indexed / "web" / "render.js").write_text("export function renderTemplate() { return 'after-the-job'; }\n")
     until(lambda: freshness(home)["passes"] > passes and settled(home), HANG_S, "a pass over the changed tree")
