@@ -140,8 +140,30 @@ def test_rag_repos_prints_a_table(prebuilt, cli):
     r = cli("rag", "repos")
     assert r.code == 0, r.stderr
     header, row = r.stdout.splitlines()[:2]
-    assert header.split() == ["repository", "tenant", "files", "chunks", "model", "last", "indexed"]
+    assert header.split() == ["repository", "tenant", "files", "chunks", "model", "last", "indexed", "source"]
     assert row.split()[:2] == ["demo", "acme"]
+    assert row.endswith("files (not a git checkout: content hashes)")
+
+
+def _git(tree, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.slow
+def test_the_index_of_a_git_checkout_records_its_commit_tree_and_branch(cli, repo):
+    """Issue 53, item 1: a base knows its commit."""
+    _git(repo, "init", "-q", "-b", "trunk")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "first")
+    assert cli("rag", "index", str(repo), "--repo", "demo").code == 0
+    (row,) = cli("rag", "repos", "--json").json()
+    assert row["source"] == {"kind": "git", "commit": _git(repo, "rev-parse", "HEAD"), "branch": "trunk", "uncommitted": 0,
+                             "tree": _git(repo, "rev-parse", "HEAD^{tree}"), "toplevel": str(repo.resolve())}
+    (repo / "db" / "pool.py").write_text("def drained():\n    return []\n")  # an uncommitted change, indexed
+    assert cli("rag", "index", str(repo), "--repo", "demo").code == 0
+    stats = cli("rag", "stats", "--repo", "demo")
+    assert f"source: trunk@{_git(repo, 'rev-parse', 'HEAD')[:12]} +1 uncommitted" in stats.stdout
+    assert cli("rag", "stats", "--repo", "demo", "--json").json()["source"]["uncommitted"] == 1
 
 
 @pytest.mark.slow

@@ -104,10 +104,13 @@ def format_repos(repos: list[dict], collection: str) -> str:
     """`rag repos` as a table: repository, tenant, files, chunks, model, last indexed."""
     if not repos:
         return f"No repository is indexed in collection {collection} yet: run `moonmind rag index PATH --repo NAME`.\n"
-    head = ("repository", "tenant", "files", "chunks", "model", "last indexed")
+    from ..indexing.source import summary
+
+    head = ("repository", "tenant", "files", "chunks", "model", "last indexed", "source")
     rows = [head] + [
         (printable(r["repo"], single_line=True), printable(r["tenant"], single_line=True), str(r["files"]), str(r["chunks"]),
-         printable(r["model"] or "-", single_line=True), r["last_indexed"] or "-")
+         printable(r["model"] or "-", single_line=True), r["last_indexed"] or "-",
+         printable(summary(r.get("source")), single_line=True))
         for r in repos
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]

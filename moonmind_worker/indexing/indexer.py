@@ -30,7 +30,7 @@ from ..store.lexstats import RunTable
 from ..store.scopes import canonical_repo
 from ..text.files import Skipped, TreeReader, WalkRules, listed, walk
 from ..text.secrets import RULES_VERSION
-from . import batching, workers
+from . import batching, source, workers
 from .payloads import build_points as build_points  # where overlays and tests import them from
 from .payloads import payload_template as payload_template
 from .points import Docs
@@ -109,6 +109,8 @@ class IndexSummary:
 #: the next index run then re-chunks files it would otherwise skip as unchanged (what each bump
 #: changed is in git log).
 CHUNK_RECIPE_VERSION = 6
+#: The collection metadata key of what each (tenant, repo)'s canonical index was built from (indexing.source).
+SOURCES = "repo_sources"
 
 
 #: Points per store write. Why not one embedding batch (256): each write is durable as it returns,
@@ -323,6 +325,7 @@ class IndexRun:
             selected = {p for p in self.stored if any(a in self.paths for a in _self_and_parents(p))}
             self.outside = {p: f for p, f in self.stored.items() if p not in selected}
             self.stored = {p: self.stored[p] for p in selected}
+        self.source = source.describe(self.root)  # before any file is read: the commit the files are read at
         # marked before the first write, cleared by the last: the next run knows this one was cut short
         self.unfinished = dict((info.extra.get("unfinished_index_runs") if info else None) or {})
         summary.resumed = scope_key in self.unfinished
@@ -524,7 +527,9 @@ class IndexRun:
         self.unfinished.pop(scope_key, None)
         named = self.terms.finish()  # the table is stored before the metadata names it
         self._write_file_table()  # and so is this one
+        info = store.info()
+        sources = {**((info.extra.get(SOURCES) if info else None) or {}), scope_key: self.source}
         store.set_metadata(last_indexed_at=time.time(), chunk_recipes=self.recipes, unfinished_index_runs=self.unfinished,
-                           **named)
+                           **{SOURCES: sources}, **named)
         store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
         store.flush()

@@ -27,7 +27,8 @@ from ..store.guardrails import check_collection
 from ..store.scopes import canonical_repo
 from ..text.chunking import chunk_text
 from ..text.files import TreeReader, WalkRules, walk
-from .indexer import named_file_table, stat_key
+from . import source as sources
+from .indexer import SOURCES, named_file_table, stat_key
 
 
 @dataclass
@@ -50,6 +51,8 @@ class IndexStats:
     unindexed: list[str] = field(default_factory=list)  # on disk (--root), no chunk stored
     stale: list[str] = field(default_factory=list)  # stored, no longer on disk (--root)
     root_checked: bool = False
+    #: what the last index run read (indexing.source): a git commit, or files; None before sources were recorded
+    source: dict | None = None
 
     @property
     def orphans(self) -> list[str]:
@@ -92,6 +95,7 @@ def collect_stats(
         files=files,
         chunks=sum(f.chunks for f in files),
         incomplete=[f.path for f in files if not f.complete],
+        source=recorded_source(info, repo, tenants.copy().pop() if len(tenants) == 1 else tenant),
     )
     if root is not None:
         stats.root_checked = True
@@ -130,6 +134,7 @@ def indexed_repos(store: Store, tenant: str | None = None) -> list[dict]:
     One scroll over the canonical points' small payload fields (no text, no vectors): files, chunks,
     the embedding model(s) and the newest `indexed_at`, per (repository, tenant).
     """
+    info = store.info()
     must: tuple = (Match("trust_class", CANONICAL),) + ((Match("tenant", tenant),) if tenant else ())
     per: dict[tuple[str, str], dict] = {}
     for hit in store.scroll(Where(must=must), ["repo", "tenant", "path", "model_version", "indexed_at"]):
@@ -141,9 +146,16 @@ def indexed_repos(store: Store, tenant: str | None = None) -> list[dict]:
         row["last"] = max(row["last"], str(p.get("indexed_at") or ""))
     return [
         {"repo": repo, "tenant": t, "files": len(row["paths"]), "chunks": row["chunks"],
-         "model": ", ".join(sorted(m for m in row["models"] if m)), "last_indexed": row["last"] or None}
+         "model": ", ".join(sorted(m for m in row["models"] if m)), "last_indexed": row["last"] or None,
+         "source": recorded_source(info, repo, t)}
         for (repo, t), row in sorted(per.items())
     ]
+
+
+def recorded_source(info: CollectionInfo | None, repo: str, tenant: str | None) -> dict | None:
+    """What the last index run of (tenant, repo) was built from (indexing.source), or None when not recorded."""
+    found = ((info.extra.get(SOURCES) if info else None) or {}).get(f"{tenant}/{repo}")
+    return found if isinstance(found, dict) else None
 
 
 def unknown_repo(repo: str, tenant: str | None, known: list[dict]) -> MoonmindError:
@@ -163,7 +175,7 @@ def unknown_repo(repo: str, tenant: str | None, known: list[dict]) -> MoonmindEr
 
 def format_stats(stats: IndexStats) -> str:
     scope = f"repo={stats.repo}" + (f" tenant={stats.tenant}" if stats.tenant else "")
-    lines = [f"{scope}: {len(stats.files)} files, {stats.chunks} chunks", ""]
+    lines = [f"{scope}: {len(stats.files)} files, {stats.chunks} chunks", f"source: {sources.summary(stats.source)}", ""]
     width = max([len(f.path) for f in stats.files] + [4])
     lines.append(f"{'file':<{width}}  {'chunks':>6}  {'tokens':>7}  language")
     for f in stats.files:

@@ -73,11 +73,11 @@ def indexed(settings: Any, root: Path, repo: str, tenant: str, started: float) -
     path = _registry(settings)
     try:
         st = os.stat(root.resolve())
-    except OSError as exc:
-        log.warning("could not record %s as the tree of repo %s (%s): it is not watched", root, repo, exc)
-        return
+        identity: list[int] | None = [st.st_dev, st.st_ino]  # what root_problem checks the root against
+    except OSError:
+        identity = None
     row = {"collection": settings.collection, "tenant": tenant, "repo": repo, "root": str(root.resolve()),
-           "root_identity": [st.st_dev, st.st_ino],
+           "root_identity": identity,
            "indexed_at": started, "chunk_chars": settings.chunk_chars, "chunk_overlap_lines": settings.chunk_overlap_lines,
            **{name: getattr(settings, name) for name in RECORDED_SWITCHES}}
     key = (settings.collection, tenant, repo)

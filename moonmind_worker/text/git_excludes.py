@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 from pathlib import Path
+
+from . import git
 
 #: An excludes file larger than this is not read (real ones are a few KiB).
 MAX_BYTES = 1 << 20
-#: Environment variables that would point git at another repository than the tree's own.
-_GIT_LOCATION = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
 
 
 def lines(root: Path) -> list[str]:
@@ -50,12 +49,9 @@ def _config_key(root: Path) -> tuple:
 
 @functools.lru_cache(maxsize=64)
 def _asked(root: str, _key: tuple) -> Path:
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION}
-    for where in (["-C", root], []):  # the tree's own config, then (a repository git refuses) the user's alone
-        try:
-            p = subprocess.run(["git", *where, "config", "--path", "--get", "core.excludesFile"], capture_output=True,
-                               text=True, timeout=10, env=env, cwd="/", stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError):
+    for where in (root, None):  # the tree's own config, then (a repository git refuses) the user's alone
+        p = git.run(where, "config", "--path", "--get", "core.excludesFile")
+        if p is None:
             break  # no git: its default below
         if p.returncode == 0 and p.stdout.strip():
             value = Path(p.stdout.strip())
