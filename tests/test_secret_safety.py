@@ -152,3 +152,16 @@ def test_the_trees_own_gitignore_can_take_back_what_the_users_excludes_file_leav
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-config"))
     assert [rel for rel, _ in walk(root)] == [".gitignore", "a.log"]
+
+
+def test_ignore_rules_read_once_for_many_paths_give_each_path_the_walks_answer(tmp_path):
+    """The watcher's batches share one cache of each directory's rules (a 225k-rename storm read them 225k times)."""
+    (tmp_path / ".gitignore").write_text("*.log\nbuild/\n")
+    (tmp_path / "pkg" / "keep").mkdir(parents=True)
+    (tmp_path / "pkg" / ".gitignore").write_text("!important.log\n*.tmp\n")
+    paths = ["a.py", "a.log", "build/x.py", "pkg/important.log", "pkg/other.log", "pkg/x.tmp", "pkg/keep/y.py", ".env"]
+    cache: dict = {}
+    shared = [excluded_reason(tmp_path, p, cache=cache) for p in paths]
+    assert shared == [excluded_reason(tmp_path, p) for p in paths]
+    assert [r is None for r in shared] == [True, False, False, True, False, False, True, False]
+    assert set(cache) == {"", "pkg", "pkg/keep"}  # each directory read once; build/ is ignored whole, never opened

@@ -333,6 +333,7 @@ class Freshness:
 
         root = Path(tree.root)
         rules = self._rules(tree.root)
+        ignore_rules: dict = {}  # each directory's ignore rules read once for the whole batch
         full, rels = False, set()
         for change, path in changes:
             rel = Path(os.path.relpath(path, root)).as_posix()
@@ -341,7 +342,7 @@ class Freshness:
             is_dir = os.path.isdir(path) and not os.path.islink(path)
             if rel.rsplit("/", 1)[-1] == ".gitignore" or (is_dir and change == Change.added):
                 full = True  # which files are in the tree changed: the whole (incremental) pass decides
-            elif not is_dir and excluded_reason(root, rel, rules=rules) is None:
+            elif not is_dir and excluded_reason(root, rel, rules=rules, cache=ignore_rules) is None:
                 rels.add(rel)
         if full or rels:
             with self._cond:

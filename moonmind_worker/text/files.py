@@ -458,11 +458,13 @@ def _shown(rel: str) -> str:
     return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def excluded_reason(root: Path, rel: str, *, rules: WalkRules = WalkRules()) -> str | None:
+def excluded_reason(root: Path, rel: str, *, rules: WalkRules = WalkRules(), cache: dict | None = None) -> str | None:
     """Why `walk(root, rules=rules)` would leave out the file `rel` (None when it would index it).
 
     The same rules as the walk, for one path: so a file a worker names
-    explicitly (a workspace overlay) is held to what the canonical index holds.
+    explicitly (a workspace overlay) is held to what the canonical index holds. `cache`: a dict kept
+    across calls for many paths of one tree at one moment, so each directory's ignore rules are read once
+    (a watcher's batch of 200k renames read and compiled them 200k times).
     """
     parts = PurePosixPath(rel).parts
     for d in parts[:-1]:
@@ -471,7 +473,7 @@ def excluded_reason(root: Path, rel: str, *, rules: WalkRules = WalkRules()) -> 
     why = skipped_type(parts[-1], rules.catalogs)
     if why is not None:
         return why
-    why = _ignored_reason(root, parts) or skipped_file(rel, rules)  # a secret file git ignores: git's reason
+    why = _ignored_reason(root, parts, {} if cache is None else cache) or skipped_file(rel, rules)  # git's reason first
     return why
 
 
@@ -479,33 +481,44 @@ def excluded_reason(root: Path, rel: str, *, rules: WalkRules = WalkRules()) -> 
 IGNORED_BY_GIT = "ignored by git's ignore rules (.gitignore, .git/info/exclude or core.excludesFile)"
 
 
-def _ignored_reason(root: Path, parts: tuple[str, ...]) -> str | None:
-    """IGNORED_BY_GIT when the ignore rules along `parts` (read as the walk reads them) leave the path out."""
+def _ignored_reason(root: Path, parts: tuple[str, ...], cache: dict) -> str | None:
+    """IGNORED_BY_GIT when the ignore rules along `parts` (read as the walk reads them) leave the path out.
+
+    `cache` maps a directory (its path under the root) to its compiled rules (None: it has none, or cannot
+    be read); a directory not in it is opened down from the root, each step without following a link."""
     specs: list[tuple[str, object]] = []
-    excludes = git_excludes.lines(root)
-    try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        fd = -1
+    fd, depth = None, 0  # the directory parts[:depth], opened when a rule file must be read (-1: it cannot be)
     try:
         for i in range(len(parts)):
             base = "/".join(parts[:i])
-            spec = _gitignore(fd, base, None, excludes if i == 0 else ()) if fd >= 0 else None
-            if spec is not None:
-                specs.append((base, spec))
+            if base not in cache:
+                fd, depth = _descend(root, parts[:i], fd, depth)
+                cache[base] = _gitignore(fd, base, None, git_excludes.lines(root) if i == 0 else ()) if fd >= 0 else None
+            if cache[base] is not None:
+                specs.append((base, cache[base]))
             if _ignored_by(specs, "/".join(parts[: i + 1]), i < len(parts) - 1):
                 return IGNORED_BY_GIT
-            if fd >= 0 and i < len(parts) - 1:  # the next directory's rules, read as the walk reads them
-                try:
-                    sub = os.open(parts[i], _DIR_FLAGS, dir_fd=fd)
-                except OSError:
-                    sub = -1
-                os.close(fd)
-                fd = sub
     finally:
-        if fd >= 0:
+        if fd is not None and fd >= 0:
             os.close(fd)
     return None
+
+
+def _descend(root: Path, dirs: tuple[str, ...], fd: int | None, depth: int) -> tuple[int, int]:
+    """The directory `dirs` under `root` opened (from `fd`, already `depth` parts down; None: nothing open yet)."""
+    if fd is None:
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return -1, len(dirs)
+    while depth < len(dirs) and fd >= 0:
+        try:
+            sub = os.open(dirs[depth], _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            sub = -1
+        os.close(fd)
+        fd, depth = sub, depth + 1
+    return fd, len(dirs)
 
 
 def listed(root: Path, rels: Iterable[str], skipped: list[Skipped] | None = None, *,
@@ -516,6 +529,7 @@ def listed(root: Path, rels: Iterable[str], skipped: list[Skipped] | None = None
     without walking the whole tree. A path that is gone, a link, a directory or ignored is left out.
     """
     root = root.resolve()
+    ignore_rules: dict = {}  # each directory's rules read once for all the paths (see excluded_reason)
     for rel in sorted(set(rels)):
         parts = PurePosixPath(rel).parts
         if not parts or len(parts) > MAX_DEPTH + 1 or any(p in ("..", ".") for p in parts):
@@ -531,7 +545,7 @@ def listed(root: Path, rels: Iterable[str], skipped: list[Skipped] | None = None
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
-        reason = excluded_reason(root, rel, rules=rules)
+        reason = excluded_reason(root, rel, rules=rules, cache=ignore_rules)
         if reason is not None and reason == skipped_file(rel, rules):  # noted, as the walk notes it
             if skipped is not None:
                 skipped.append(Skipped(rel, reason))
