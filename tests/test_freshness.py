@@ -388,3 +388,26 @@ def test_rag_index_of_a_tree_a_job_left_takes_in_what_it_holds_now(watching, ind
     assert "merged-change" not in _texts(search(home, "check bearer token", top_k=5))
     assert cli("rag", "index", str(indexed), "--repo", "demo", "--tenant", "acme").code == 0  # the owner's word
     assert "merged-change" in _texts(search(home, "check bearer token", top_k=5))
+
+
+def test_the_record_of_job_trees_keeps_running_jobs_and_one_row_per_watched_tree_a_job_left(env, tmp_path):
+    from moonmind_worker.owner import freshness as fr
+    from moonmind_worker.settings import get_settings
+
+    settings = get_settings()
+    settings.moonmind_home.mkdir(parents=True, exist_ok=True)
+    watched, scratch = tmp_path / "watched", tmp_path / "scratch"
+    watched.mkdir()
+    scratch.mkdir()
+    fr.indexed(settings, watched, "demo", "acme", 1.0)
+    for i in range(5):
+        fr.hold_tree(settings, watched, run_id=f"run-{i}", repo="demo", tenant="acme")
+        fr.hold_tree(settings, scratch, run_id=f"run-{i}", repo="demo", tenant="acme")
+        if i < 4:
+            fr.release_trees(settings, f"run-{i}")
+    rows = fr.job_trees(settings)
+    running = sorted((r["root"], r["run_id"]) for r in rows if r["released_at"] is None)
+    assert running == [(str(scratch.resolve()), "run-4"), (str(watched.resolve()), "run-4")]
+    assert [r["root"] for r in rows if r["released_at"] is not None] == [str(watched.resolve())]
+    fr.indexed(settings, watched, "demo", "acme", 2.0)  # rag index of it: nothing of past jobs holds it back
+    assert [r for r in fr.job_trees(settings) if r["released_at"] is not None] == []

@@ -179,9 +179,16 @@ def release_trees(settings: Any, run_id: str) -> None:
     if not settings.embedded_store:
         return
     now = time.time()
-    _rewrite(_claims_file(settings), "trees",
-             lambda rows: [{**r, "released_at": now} if r.get("run_id") == run_id and r.get("released_at") is None else r
-                           for r in rows])
+    watched = {r["root"] for r in entries(settings)}
+
+    def release(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows = [{**r, "released_at": now} if r.get("run_id") == run_id and r.get("released_at") is None else r for r in rows]
+        # a finished job's tree matters only while an owner would index it: one row per such tree is enough
+        running = [r for r in rows if r.get("released_at") is None]
+        left = {r.get("root"): r for r in rows if r.get("released_at") is not None and r.get("root") in watched}
+        return running + list(left.values())
+
+    _rewrite(_claims_file(settings), "trees", release)
 
 
 # ---------------------------------------------------------------- watcher ---
