@@ -9,6 +9,7 @@ OpenAI embeddings protocol.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -402,7 +403,7 @@ def test_artifacts_dir_is_configurable_and_run_ids_cannot_escape_it(mm, mm_index
 @pytest.mark.parametrize("plant", ["a shared artifacts directory", "a link for the run's directory",
                                    "a link for the breadcrumb file"])
 def test_a_planted_link_or_a_shared_artifacts_directory_is_refused_before_anything_is_written_there(
-        mm, mm_indexed, tmp_path, plant, caplog):
+        mm, mm_indexed, tmp_path, plant):
     """Issue 52: links planted in an artifacts directory another user could write made root append to its files."""
     art = tmp_path / "arts"
     art.mkdir(mode=0o700)
@@ -418,12 +419,24 @@ def test_a_planted_link_or_a_shared_artifacts_directory_is_refused_before_anythi
         (art / "run-planted").mkdir(mode=0o700)
         (art / "run-planted" / "breadcrumbs.jsonl").symlink_to(victim)
     env = {**SCOPE, "MOONMIND_ARTIFACTS_DIR": str(art), "MOONMIND_RUN_ID": "run-planted"}
-    r = mm("rag", "search", "--query", "pool", "--json", extra_env=env)
+    said: list[logging.LogRecord] = []
+    catch = logging.Handler(logging.WARNING)
+    catch.emit = said.append  # type: ignore[method-assign]  # on the logger itself: whatever the root's set-up is
+    logger = logging.getLogger("moonmind_worker.artifacts")
+    level = logger.level
+    logger.addHandler(catch)
+    logger.setLevel(logging.WARNING)  # an in-process Celery worker of an earlier test may have raised the root's level
+    try:
+        r = mm("rag", "search", "--query", "pool", "--json", extra_env=env)
+    finally:
+        logger.removeHandler(catch)
+        logger.setLevel(level)
     assert r.code == 0, r.stderr  # the search answers; only its cache is refused
     assert r.json()["items"]
     assert victim.read_text() == "root only\n"
     assert [p.name for p in victim_dir.iterdir()] == ["secret.txt"]
-    assert "context pack not cached" in caplog.text and "moonmind refuses to use" in caplog.text
+    (warning,) = [rec.getMessage() for rec in said]
+    assert "context pack not cached" in warning and "moonmind refuses to use" in warning
 
 
 @pytest.mark.slow
