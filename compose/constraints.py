@@ -57,6 +57,21 @@ def render() -> str:
     return HEADER + "".join(f"{name}=={version}\n" for name, version in pins().items())
 
 
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="compose/constraints.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when the committed file differs")
+    args = ap.parse_args(argv)  # --help prints and exits here, before anything is written
+    text = render()
+    if args.check:
+        same = CONSTRAINTS.read_text() == text
+        sys.stdout.write(f"{CONSTRAINTS} is {'up to date' if same else 'out of date: run compose/constraints.py'}\n")
+        return 0 if same else 1
+    CONSTRAINTS.write_text(text)
+    sys.stdout.write(f"wrote {CONSTRAINTS} ({text.count(chr(10)) - HEADER.count(chr(10))} pins)\n")
+    return 0
+
+
 if __name__ == "__main__":
-    CONSTRAINTS.write_text(render())
-    sys.stdout.write(f"wrote {CONSTRAINTS} ({len(pins())} pins)\n")
+    raise SystemExit(main(sys.argv[1:]))

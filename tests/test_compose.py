@@ -241,6 +241,18 @@ def test_the_image_installs_its_dependencies_pinned_to_the_versions_tested_here(
     assert {"pytest", "ruff", "mypy", "fakeredis"}.isdisjoint(pins)  # what the image installs, not the test tools
 
 
+def test_constraints_help_prints_usage_and_writes_nothing(tmp_path):
+    """Issue 57: `compose/constraints.py --help` rewrote compose/constraints.txt."""
+    import subprocess
+    import sys
+
+    target = COMPOSE.parent / "constraints.txt"
+    before = (target.read_bytes(), target.stat().st_mtime_ns)
+    p = subprocess.run([sys.executable, str(COMPOSE.parent / "constraints.py"), "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and "usage:" in p.stdout and "--check" in p.stdout
+    assert (target.read_bytes(), target.stat().st_mtime_ns) == before
+
+
 def test_the_beat_healthcheck_reads_the_schedule_file_beat_writes(compose):
     beat = compose["services"]["beat"]
     argv = _argv(beat["command"])
