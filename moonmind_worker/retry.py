@@ -18,7 +18,7 @@ T = TypeVar("T")
 MAX_ATTEMPTS = 4
 
 
-def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple[bool, MoonmindError]:
+def classify(exc: BaseException, what: str, service: str = "embedding", credential: str | None = None) -> tuple[bool, MoonmindError]:
     """(transient?, the user-facing error) for an exception from a remote call.
 
     `service` is "embedding" or "qdrant": it picks the code for server and connection failures.
@@ -29,8 +29,9 @@ def classify(exc: BaseException, what: str, service: str = "embedding") -> tuple
         key_remedy = "Check QDRANT_API_KEY (read from the environment or .env): it must be a key of this Qdrant server."
         denied_remedy = "Use a QDRANT_API_KEY with access to this collection (read-write for index and overlay writes)."
     else:
-        key_remedy = ("Check the provider's API key (OPENAI_API_KEY for openai, GOOGLE_API_KEY for google; "
-                      "read from the environment or .env).")
+        key_remedy = (f"Check {credential} (read from the environment or .env): it must be a key of this provider."
+                      if credential else "Check the provider's API key (OPENAI_API_KEY for openai, GOOGLE_API_KEY for "
+                      "google, COHERE_API_KEY for cohere; read from the environment or .env).")
         denied_remedy = "Ask the provider for access to this model, or configure another model."
     if isinstance(exc, MoonmindError):
         return False, exc
@@ -111,6 +112,7 @@ def call_with_retries(
     service: str = "embedding",
     deadline: float | None = None,
     attempts: int = MAX_ATTEMPTS,
+    credential: str | None = None,
 ) -> T:
     """Call fn, retrying transient failures; raise a MoonmindError naming attempts when they run out."""
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_before_delay, wait_random_exponential
@@ -121,7 +123,7 @@ def call_with_retries(
     count = 0
 
     def transient(exc: BaseException) -> bool:
-        return classify(exc, what, service)[0]
+        return classify(exc, what, service, credential)[0]
 
     try:
         for attempt in Retrying(
@@ -134,10 +136,10 @@ def call_with_retries(
     except MoonmindError:
         raise
     except Exception as exc:  # noqa: BLE001 - every failure becomes an actionable error
-        _, err = classify(exc, what, service)
+        _, err = classify(exc, what, service, credential)
         if count > 1:
             err.message = f"{err.message} Gave up after {count} attempts."
-        if deadline is not None and count < attempts and classify(exc, what, service)[0]:
+        if deadline is not None and count < attempts and classify(exc, what, service, credential)[0]:
             err.message = f"{err.message} Retries stopped at the caller's latency budget."
         err.details["attempts"] = count
         err.args = (err.message,)

@@ -82,4 +82,5 @@ def test_a_rejected_cohere_key_is_unauthenticated_and_the_key_is_never_printed(c
     r = cli("rag", "index", str(repo), "--repo", "demo", extra_env=cohere_env(server, wrong))
     assert r.code == 4, (r.code, r.stderr)
     assert "error[unauthenticated]" in r.stderr
+    assert "Check COHERE_API_KEY" in r.stderr and "OPENAI_API_KEY" not in r.stderr  # issue 57: the provider's own key
     assert wrong not in r.stdout + r.stderr and KEY not in r.stdout + r.stderr

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+#: The setting that holds each provider's key, named in the remedy when the provider rejects it.
+CREDENTIALS = {"openai": "OPENAI_API_KEY", "google": "GOOGLE_API_KEY", "cohere": "COHERE_API_KEY"}
+
+
 class OpenAICompatibleEmbedder:
     """OpenAI, Gemini and Cohere (OpenAI-compatible endpoints) and Ollama (`/v1`) through the `openai` package."""
 
@@ -73,7 +77,7 @@ class OpenAICompatibleEmbedder:
             return self._checked(resp.data, len(texts), what)
 
         what = f"{self.provider} embeddings ({self.name})"
-        return call_with_retries(call, what=what, deadline=deadline)
+        return call_with_retries(call, what=what, deadline=deadline, credential=CREDENTIALS.get(self.provider))
 
     def _checked(self, data: list[Any], expected: int, what: str) -> np.ndarray:
         """The answer's vectors in input order, or `embedding_provider_error` naming what is wrong with them.
