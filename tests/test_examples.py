@@ -85,6 +85,21 @@ def example_worker(env, home, tmp_path):
         yield sq, log
 
 
+def test_the_example_send_snippet_names_a_queue_the_documented_worker_reads():
+    """Issue 57: the snippet sent the job to Celery's default `celery` queue, which the worker never reads."""
+    import ast
+    import textwrap
+
+    from moonmind_worker.settings import Settings
+
+    doc = ast.get_docstring(ast.parse((EXAMPLES / "rag_job.py").read_text()))
+    snippet = textwrap.dedent(doc[doc.index("    from celery import Celery"):doc.index("`base=JobTask`")])
+    (call,) = [n for n in ast.walk(ast.parse(snippet)) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "send_task"]
+    queue = {k.arg: k.value for k in call.keywords}.get("queue")
+    defaults = Settings(_env_file=None, _environ=False)
+    assert isinstance(queue, ast.Constant) and queue.value in (defaults.index_queue, defaults.search_queue)
+
+
 @pytest.mark.slow
 def test_the_example_job_task_runs_the_example_manifest_in_a_real_worker(cli, env, tmp_path, request):
     from celery import Celery

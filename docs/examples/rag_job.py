@@ -11,7 +11,8 @@ and send it a job (the manifest is docs/examples/job.json):
     app = Celery(broker="redis://localhost:6379/0", backend="redis://localhost:6379/0")
     manifest = json.load(open("docs/examples/job.json"))
     app.send_task("examples.rag_job", kwargs={"manifest": manifest, "workspace": "/path/to/checkout",
-                                             "question": "where are bearer tokens checked"})
+                                             "question": "where are bearer tokens checked"},
+                  queue="moonmind.index")  # a queue the worker reads (MOONMIND_INDEX_QUEUE), not Celery's "celery"
 
 `base=JobTask` runs the job hook before the body: it resolves `capabilities.rag`, records
 `manifest["rag"]` (available, reason, remedy, banner, the doctor report) and exports
