@@ -429,3 +429,30 @@ def test_inside_a_job_the_cli_sees_only_the_jobs_tenant_and_cannot_widen_it(nav_
     for args in (("symbols", "verify_token"), ("related", "auth/tokens.py#L6")):
         wider = cli("rag", *args, "--filters", "tenant=beta", "--json", extra_env=job)
         assert wider.code == 4 and wider.error()["code"] == "forbidden", wider.stderr
+
+
+def test_a_mention_in_the_lines_two_chunks_share_is_listed_once(tmp_path):
+    """Issue 57: chunks overlap by a few lines, and `rag symbols` printed a mention there twice."""
+    from moonmind_worker.embedding import StaticEmbedder
+    from moonmind_worker.indexing.indexer import build_points, content_hash
+    from moonmind_worker.retrieval.symbols import find_symbols
+    from moonmind_worker.store import EdgeStore
+    from moonmind_worker.text.chunking import chunk_text
+
+    text = "".join(f"Step {i} of the rotation runbook: check the pager, then the dashboards.\n" for i in range(13))
+    text += "Then call rotate_signing_keys from the admin shell.\n"
+    text += "".join(f"Afterwards {i}: confirm the new key is served by every replica.\n" for i in range(12))
+    chunks = chunk_text(text, "runbook.md", 400, 2)
+    holding = [c for c in chunks if "rotate_signing_keys" in c.text]
+    assert len(holding) >= 2  # the line sits where two chunks overlap: the case at hand
+    settings = _settings(tmp_path)
+    store = EdgeStore(settings.data_dir, settings.collection)
+    embedder = StaticEmbedder()
+    store.create(embedder.dimensions, embedder.name, 1)
+    store.upsert(build_points(embedder, [("runbook.md", content_hash(text), chunks)], repo="nav", tenant="acme"))
+    try:
+        result = find_symbols(RetrievalQuery(query="rotate_signing_keys"), settings=settings, store=store)
+    finally:
+        store.close()
+    places = [(s["path"], s["line_start"], s["kind"]) for s in result["symbols"]]
+    assert places == [("runbook.md", 14, "mention")]
