@@ -115,11 +115,12 @@ def _mention(payload: dict[str, Any], asked: str, text: str, strength: float) ->
                 score=_TIERS["mention"] * strength)
 
 
-def _once(mentions: list[SymbolHit], defined: set[tuple[str, int]]) -> list[SymbolHit]:
-    """One mention a line, best first: chunks overlap by a few lines, and a definition's line needs no mention beside it."""
-    once: dict[tuple[str, int], SymbolHit] = {}
+def _once(mentions: list[SymbolHit], defined: set[tuple[str, str, str, int]]) -> list[SymbolHit]:
+    """One mention a line of a repository's file, best first: chunks overlap by a few lines, and a definition's
+    line needs no mention beside it."""
+    once: dict[tuple[str, str, str, int], SymbolHit] = {}
     for m in mentions:
-        place = (m.path, m.line_start)
+        place = (m.repo, m.tenant, m.path, m.line_start)
         if place not in defined and (place not in once or m.score > once[place].score):
             once[place] = m
     return sorted(once.values(), key=lambda s: (-s.score, s.path, s.line_start))
@@ -166,7 +167,7 @@ def find_symbols(query: RetrievalQuery, *, settings: Settings, store: Store, sco
                 if m is not None:
                     mentions.append(m)
     ranked = sorted(found.values(), key=lambda s: (-s.score, s.path, s.line_start, s.name))
-    ranked += _once(mentions, {(s.path, s.line_start) for s in ranked})
+    ranked += _once(mentions, {(s.repo, s.tenant, s.path, s.line_start) for s in ranked})
     notes = []
     if legacy:
         notes.append(f"{legacy} chunk(s) searched were indexed before symbol metadata: their definitions are read "
