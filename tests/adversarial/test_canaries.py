@@ -257,7 +257,7 @@ def through_gateway(o: Outcome) -> None:
     o.overlay = o.mm("rag", "overlay", "upsert", *(str(o.tree / p) for p in ALL_PATHS), "--root", str(o.tree), "--run-id",
                      RUN, "--repo", REPO, "--json", env=e, cwd=o.base).json()
     token = add_token(e, "canary", [REPO], [TENANT])
-    gw = start_gateway(o.home, e, o.base)
+    gw = start_gateway(o.home, e, o.base, "--workers", "2")  # two workers: each searches a replica of the store
     o.paths.append(gw.log)
     try:
         with gw.client(token) as c:
@@ -276,7 +276,9 @@ def through_gateway(o: Outcome) -> None:
         via = {**e, "MOONMIND_RETRIEVAL_URL": gw.url, "MOONMIND_RETRIEVAL_TOKEN": token, "MOONMIND_RETRIEVAL_FALLBACK": "none"}
         pack = o.pack(o.mm(*cli_search_args(ALL_CHUNKS_OF_RUN), "--json", env=via, cwd=o.base).json())
         assert pack["transport"] == "gateway"
-        o.live_hits += found_in(o.home)  # while it serves (a replica per worker with --workers N goes when it stops)
+        replicas = o.home / "gateway-replicas"
+        assert replicas.is_dir() and any(p.is_file() for p in replicas.rglob("*")), "no replica to scan"
+        o.live_hits += found_in(o.home)  # while it serves: the replicas go when it stops
     finally:
         gw.stop()
 
