@@ -242,12 +242,26 @@ def test_peer_baseline_times_both_indexes_on_one_tree_and_reports_the_ratio_and_
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [line for line in r.stdout.splitlines() if line.startswith("| 1 |")]
-    assert len(rows) == 2, r.stdout  # the tree, then the same files
+    assert len(rows) == 4, r.stdout  # the tree, then the same files; the peer as its CLI runs (4) and its library (0)
     assert all(row.count("MiB") == 2 and "**" in row for row in rows), r.stdout
-    assert r.stdout.count("CPU (user + system, whole process tree) ratio: median") == 2
+    assert [row.split("|")[2].strip() for row in rows] == ["4", "in-process (library default)"] * 2
+    assert r.stdout.count("CPU (user + system, whole process tree) ratio median") == 4
+    assert "its table float32" in r.stdout
     assert "the same files: the " in r.stdout
     for path in ("ours in-process", "semble in-process", "ours one-shot", "ours served", "semble CLI"):
         assert f"| {path}" in r.stdout, r.stdout
+
+
+def test_the_peer_gets_our_model_as_model2vec_ships_models_a_float32_table(tmp_path):
+    """Issue 55: handed our float16 table as is, the peer ran ~15% slower than on the same table in float32."""
+    from safetensors.numpy import load_file
+
+    from bench.peer import MODEL_DIR, convert_model
+
+    ours = load_file(str(MODEL_DIR / "embeddings.safetensors"))["embeddings"]
+    given = load_file(str(convert_model(tmp_path / "m") / "model.safetensors"))["embeddings"]
+    assert given.dtype.name == "float32" and given.shape == ours.shape
+    assert (given == ours.astype("float32")).all()  # the same table, widened
 
 
 def test_the_catalog_bench_asks_for_each_gettext_message_with_the_files_that_say_it(tmp_path):
