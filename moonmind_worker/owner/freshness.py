@@ -84,8 +84,9 @@ def indexed(settings: Any, root: Path, repo: str, tenant: str, started: float) -
     try:
         _rewrite(path, "roots", lambda rows: [*(r for r in rows if (r.get("collection"), r.get("tenant"), r.get("repo")) != key), row])
         # a new index of the tree is what its owner asked for: a job's past edits in it are no longer held back
-        _rewrite(_claims_file(settings), "trees", lambda rows: [r for r in rows if r.get("root") != row["root"]
-                                                                 or r.get("released_at") is None])
+        if any(r["root"] == row["root"] and r.get("released_at") is not None for r in job_trees(settings)):
+            _rewrite(_claims_file(settings), "trees", lambda rows: [r for r in rows if r.get("root") != row["root"]
+                                                                     or r.get("released_at") is None])
     except OSError as exc:
         log.warning("could not record %s as the tree of repo %s (%s): it is not watched", root, repo, exc)
         return
