@@ -180,7 +180,7 @@ def _hold_workspace(job: dict[str, Any], workspace: Path | None, scope: dict[str
     try:
         hold_tree(settings, root, run_id=scope["run_id"], repo=scope.get("repo") or settings.repo or "",
                   tenant=scope.get("tenant") or settings.scope_tenant, job_id=scope.get("job_id", ""))
-    except OSError as exc:
+    except (OSError, MoonmindError) as exc:
         log.warning("the job's tree %s is not held for run %s (%s): a watching owner may index its edits", root,
                     scope["run_id"], exc)
         return None

@@ -151,7 +151,12 @@ JOB_TREES = "job-trees.json"
 JOB_OVERLAY_TTL = "24h"
 
 
-def _claims_file(settings: Any) -> Path:
+def _claims_file(settings: Any, create: bool = False) -> Path:
+    """Where the job-tree record lives (with `create`: its directory, MOONMIND_HOME, made private first)."""
+    if create:
+        from .trust import ensure_private_dirs
+
+        ensure_private_dirs(settings.moonmind_home)
     return Path(settings.moonmind_home) / JOB_TREES
 
 
@@ -171,7 +176,7 @@ def hold_tree(settings: Any, root: Path, *, run_id: str, repo: str, tenant: str,
         return  # no owner here watches a tree for a Qdrant server
     row = {"root": str(root.resolve()), "run_id": run_id, "repo": repo, "tenant": tenant, "job_id": job_id,
            "claimed_at": time.time(), "released_at": None}
-    _rewrite(_claims_file(settings), "trees",
+    _rewrite(_claims_file(settings, create=True), "trees",
              lambda rows: [*(r for r in rows if (r.get("root"), r.get("run_id")) != (row["root"], run_id)), row])
 
 
@@ -189,7 +194,8 @@ def release_trees(settings: Any, run_id: str) -> None:
         left = {r.get("root"): r for r in rows if r.get("released_at") is not None and r.get("root") in watched}
         return running + list(left.values())
 
-    _rewrite(_claims_file(settings), "trees", release)
+    if _claims_file(settings).exists():  # no job ever held a tree here: nothing to release
+        _rewrite(_claims_file(settings), "trees", release)
 
 
 # ---------------------------------------------------------------- watcher ---
