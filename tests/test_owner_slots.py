@@ -185,10 +185,11 @@ def test_a_running_operation_is_not_evicted_by_new_connections(env, home, tmp_pa
 # ------------------------------------------- issue 52: a stale hand-over marker ---
 
 
-def test_a_hand_over_marker_names_its_writer_while_it_hands_over(tmp_path):
+@pytest.mark.parametrize("role", ["serve", "celery worker"])  # a role with a space: issue 52's fix broke hand-overs to workers
+def test_a_hand_over_marker_names_its_writer_while_it_hands_over(tmp_path, role):
     from moonmind_worker.owner import handover
 
-    handover.announce(tmp_path, "serve")
+    handover.announce(tmp_path, role)
     assert handover.pending(tmp_path) == os.getpid()
     handover.withdraw(tmp_path)
     assert handover.pending(tmp_path) is None
@@ -200,9 +201,9 @@ def test_a_marker_whose_pid_was_reused_by_another_live_process_is_stale(tmp_path
 
     other = subprocess.Popen(["sleep", "30"])
     try:
-        (tmp_path / handover.MARKER).write_text(f"{other.pid} serve 1")  # started at tick 1: not this sleep
+        (tmp_path / handover.MARKER).write_text(f"{other.pid} celery worker started=1")  # tick 1: not this sleep
         assert handover.pending(tmp_path) is None
-        (tmp_path / handover.MARKER).write_text(f"{other.pid} serve {handover.started(other.pid)}")
+        (tmp_path / handover.MARKER).write_text(f"{other.pid} celery worker started={handover.started(other.pid)}")
         assert handover.pending(tmp_path) == other.pid
     finally:
         other.kill()

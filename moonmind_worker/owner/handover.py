@@ -35,7 +35,8 @@ def announce(store_dir: Path, role: str) -> Path:
     tmp = path.with_name(f".{MARKER}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, f"{os.getpid()} {role} {started(os.getpid()) or ''}".strip().encode())
+        # the start time as its own key: a role may hold spaces ("celery worker")
+        os.write(fd, f"{os.getpid()} {role} started={started(os.getpid()) or ''}".encode())
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -75,7 +76,8 @@ def pending(store_dir: Path, exclude: int | None = None) -> int | None:
         return None
     if pid == exclude or not alive(pid) or time.time() - written > HANDOVER_S + _SLACK_S:
         return None
-    if len(fields) > 2 and started(pid) not in (None, fields[2]):
+    wrote = next((f[len("started="):] for f in fields[1:] if f.startswith("started=")), "")
+    if wrote and started(pid) not in (None, wrote):
         return None
     return pid
 
