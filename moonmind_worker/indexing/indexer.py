@@ -326,6 +326,7 @@ class IndexRun:
             self.outside = {p: f for p, f in self.stored.items() if p not in selected}
             self.stored = {p: self.stored[p] for p in selected}
         self.source = source.describe(self.root)  # before any file is read: the commit the files are read at
+        self.sources = dict((info.extra.get(SOURCES) if info else None) or {})  # every repo's, as the recipes
         # marked before the first write, cleared by the last: the next run knows this one was cut short
         self.unfinished = dict((info.extra.get("unfinished_index_runs") if info else None) or {})
         summary.resumed = scope_key in self.unfinished
@@ -527,9 +528,8 @@ class IndexRun:
         self.unfinished.pop(scope_key, None)
         named = self.terms.finish()  # the table is stored before the metadata names it
         self._write_file_table()  # and so is this one
-        info = store.info()
-        sources = {**((info.extra.get(SOURCES) if info else None) or {}), scope_key: self.source}
+        self.sources[scope_key] = self.source
         store.set_metadata(last_indexed_at=time.time(), chunk_recipes=self.recipes, unfinished_index_runs=self.unfinished,
-                           **{SOURCES: sources}, **named)
+                           **{SOURCES: self.sources}, **named)
         store.optimize()  # see EdgeStore.optimize: searches after an index run use the built index
         store.flush()
